@@ -1,0 +1,57 @@
+"""Reading Caffe's protocol buffer files with keras-caffe's schema.
+
+Text files go through ``google.protobuf.text_format``; its errors are turned
+into ``ProtoParseError`` naming ``file:line:column``.
+"""
+
+import os
+import re
+
+from google.protobuf import message as _message
+from google.protobuf import text_format
+
+from keras_caffe.errors import ProtoParseError
+
+_PACKAGE_PREFIX = "keras_caffe.caffe."
+_LOCATION = re.compile(r"^(\d+):(\d+) : ")
+
+
+def parse_text(text, message, source="<text>"):
+    """Parse prototxt ``text`` into a new instance of ``message`` (a class)."""
+    proto = message()
+    try:
+        text_format.Parse(text, proto)
+    except text_format.ParseError as err:
+        line, column = err.GetLine(), err.GetColumn()
+        detail = _LOCATION.sub("", str(err)).replace(_PACKAGE_PREFIX, "")
+        raise ProtoParseError(source, detail, line=line, column=column) from None
+    return proto
+
+
+def read_text(path, message):
+    """Parse the prototxt file at ``path`` into a new ``message`` instance."""
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        try:
+            text = f.read()
+        except UnicodeDecodeError as err:
+            raise ProtoParseError(
+                path, f"not a text file (byte {err.start} is not UTF-8); "
+                "binary files need read_binary"
+            ) from None
+    return parse_text(text, message, source=path)
+
+
+def read_binary(path, message):
+    """Parse the binary protocol buffer file at ``path`` into ``message()``."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    proto = message()
+    try:
+        proto.ParseFromString(data)
+    except (_message.DecodeError, RuntimeError) as err:
+        raise ProtoParseError(
+            path, f"not a binary {message.DESCRIPTOR.name} file ({err})"
+        ) from None
+    return proto

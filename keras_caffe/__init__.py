@@ -1,0 +1,33 @@
+"""keras-caffe: Caffe-style training native in Keras 3 (TensorFlow backend).
+
+- ``SGD``, ``Nesterov``, ``AdaGrad``, ``RMSProp``, ``AdaDelta``, ``Adam``:
+  Caffe's solvers as Keras optimizers, with Caffe's exact semantics.
+- ``keras_caffe.schedules``: Caffe's lr policies as ``LearningRateSchedule``.
+- ``optimizer_from_solver``: a ``solver.prototxt`` -> optimizer + schedule.
+"""
+
+__version__ = "0.1.0"
+
+from keras_caffe import schedules
+from keras_caffe.errors import (
+    ArgumentError,
+    KerasCaffeError,
+    ProtoParseError,
+    SolverError,
+)
+from keras_caffe.optimizers import (
+    SGD,
+    AdaDelta,
+    AdaGrad,
+    Adam,
+    CaffeOptimizer,
+    Nesterov,
+    RMSProp,
+)
+from keras_caffe.optimizers.from_solver import optimizer_from_solver
+
+__all__ = [
+    "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer",
+    "optimizer_from_solver", "schedules",
+    "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError",
+]

@@ -1,0 +1,61 @@
+"""Caffe's Adam solver."""
+
+import keras
+from keras import ops
+
+from keras_caffe._checks import check_number
+from keras_caffe.optimizers.base import CaffeOptimizer
+
+
+@keras.saving.register_keras_serializable(package="keras_caffe")
+class Adam(CaffeOptimizer):
+    """Caffe's ``Adam`` solver (Kingma & Ba 2015), bias correction in the rate.
+
+    ``momentum`` is beta1, ``momentum2`` beta2, ``delta`` epsilon. With
+    ``r = lr * lr_mult`` and ``t = iter + 1``::
+
+        m <- momentum * m + (1 - momentum) * g
+        v <- momentum2 * v + (1 - momentum2) * g^2
+        w <- w - r * sqrt(1 - momentum2^t) / (1 - momentum^t) * m / (sqrt(v) + delta)
+
+    Weight decay is Caffe's, added to ``g`` (this is not AdamW).
+    Reference: ``AdamSolver::ComputeUpdateValue``,
+    caffe/src/caffe/solvers/adam_solver.cpp.
+    """
+
+    caffe_type = "Adam"
+    solver_fields = ("momentum", "momentum2", "delta")
+
+    def __init__(self, learning_rate=0.001, momentum=0.9, momentum2=0.999, delta=1e-8, **kwargs):
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        owner = type(self).__name__
+        self.momentum = check_number(owner, "momentum", momentum, high=1.0, high_open=True)
+        self.momentum2 = check_number(owner, "momentum2", momentum2, high=1.0, high_open=True)
+        self.delta = check_number(owner, "delta", delta)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self.m, self.v = self.add_optimizer_variables(variables, ["m", "v"])
+
+    def update_step(self, gradient, variable, learning_rate):
+        m = self.slot(self.m, variable)
+        v = self.slot(self.v, variable)
+        rate = self.local_rate(learning_rate, variable)
+        # In double, as Caffe computes it: 1 - beta^t cancels most digits.
+        t = ops.cast(self.iterations + 1, "float64")
+        correction = ops.cast(
+            ops.sqrt(1.0 - ops.power(ops.cast(self.momentum2, "float64"), t))
+            / (1.0 - ops.power(ops.cast(self.momentum, "float64"), t)),
+            variable.dtype,
+        )
+        m_new = ops.add(ops.multiply(1.0 - self.momentum, gradient), ops.multiply(self.momentum, m))
+        v_new = ops.add(
+            ops.multiply(1.0 - self.momentum2, ops.square(gradient)),
+            ops.multiply(self.momentum2, v),
+        )
+        self.assign(m, m_new)
+        self.assign(v, v_new)
+        step = ops.divide(m_new, ops.add(ops.sqrt(v_new), self.delta))
+        self.assign_sub(variable, ops.multiply(ops.multiply(rate, correction), step))

@@ -1,0 +1,199 @@
+"""The Caffe parts shared by every keras-caffe solver.
+
+``CaffeOptimizer.apply`` turns raw gradients into the gradients Caffe's
+``SGDSolver::ApplyUpdate`` hands to ``ComputeUpdateValue``, in Caffe's order:
+
+1. ``iter_size``: micro-batch gradients are summed; the update runs on every
+   ``iter_size``-th call, and ``iterations`` counts updates, so schedules see
+   Caffe's iteration number.
+2. ``clip_gradients``: if the global L2 norm of the summed gradients exceeds
+   it, all gradients are scaled by ``clip_gradients / norm``.
+3. Normalize: divide by ``iter_size``.
+4. Regularize: ``g += weight_decay * decay_mult * w`` (L2) or
+   ``g += weight_decay * decay_mult * sign(w)`` (L1). This is Caffe's
+   coupled weight decay, not Keras's decoupled ``weight_decay``.
+
+Subclasses implement ``update_step`` with the solver's formula, using
+``local_rate`` (the schedule's rate times the variable's ``lr_mult``).
+"""
+
+import keras
+from keras import ops
+
+from keras_caffe._checks import check_int, check_number
+from keras_caffe.errors import ArgumentError, KerasCaffeError
+from keras_caffe.optimizers import multipliers
+
+# Keras options whose semantics differ from Caffe's, with what to use instead.
+_REFUSED = {
+    "global_clipnorm": "use `clip_gradients` (Caffe's global-norm clipping)",
+    "clipnorm": "use `clip_gradients` (Caffe's global-norm clipping)",
+    "clipvalue": "use `clip_gradients` (Caffe's global-norm clipping)",
+    "gradient_accumulation_steps": (
+        "use `iter_size` (Caffe's accumulation: sum, clip, then divide)"
+    ),
+}
+
+
+class CaffeOptimizer(keras.optimizers.Optimizer):
+    """Base class of the Caffe solvers.
+
+    Args:
+        learning_rate: float or a ``LearningRateSchedule`` (``base_lr`` with
+            an ``lr_policy``: see ``keras_caffe.schedules``).
+        weight_decay: Caffe's ``weight_decay``, added to the gradient.
+        regularization_type: ``"L2"`` or ``"L1"``.
+        clip_gradients: clip the global gradient L2 norm to this; ``None``
+            turns clipping off (Caffe's ``-1`` in a solver file means None).
+        iter_size: accumulate gradients over this many batches per update.
+        lr_mult, decay_mult: dicts from variable path or glob pattern to a
+            float, Caffe's per-parameter ``param { lr_mult decay_mult }``.
+        **kwargs: ``name``, ``use_ema``, ``ema_momentum``,
+            ``ema_overwrite_frequency``, ``loss_scale_factor`` as for any Keras
+            optimizer. Keras's ``clipnorm``, ``clipvalue``,
+            ``global_clipnorm`` and ``gradient_accumulation_steps`` are
+            refused: their semantics are not Caffe's.
+    """
+
+    #: The solver file's ``type`` string.
+    caffe_type = None
+    #: SolverParameter fields the solver takes besides the shared ones.
+    solver_fields = ()
+
+    def __init__(
+        self,
+        learning_rate=0.01,
+        *,
+        weight_decay=0.0,
+        regularization_type="L2",
+        clip_gradients=None,
+        iter_size=1,
+        lr_mult=None,
+        decay_mult=None,
+        **kwargs,
+    ):
+        owner = type(self).__name__
+        if keras.backend.backend() != "tensorflow":
+            raise KerasCaffeError(
+                f"{owner}: keras-caffe needs the TensorFlow backend "
+                f"(KERAS_BACKEND=tensorflow); the backend is {keras.backend.backend()!r}"
+            )
+        for key, advice in _REFUSED.items():
+            if kwargs.pop(key, None) is not None:
+                raise ArgumentError(owner, key, f"is not supported: {advice}")
+        if not isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule) \
+                and not callable(learning_rate):
+            learning_rate = check_number(owner, "learning_rate", learning_rate)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.caffe_weight_decay = check_number(owner, "weight_decay", weight_decay)
+        if regularization_type not in ("L2", "L1"):
+            raise ArgumentError(
+                owner, "regularization_type", f"must be 'L2' or 'L1', got {regularization_type!r}"
+            )
+        self.regularization_type = regularization_type
+        if clip_gradients is not None:
+            clip_gradients = check_number(owner, "clip_gradients", clip_gradients)
+        self.clip_gradients = clip_gradients
+        self.iter_size = check_int(owner, "iter_size", iter_size, low=1)
+        self.lr_mult = multipliers.validate(owner, "lr_mult", lr_mult)
+        self.decay_mult = multipliers.validate(owner, "decay_mult", decay_mult)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        owner = type(self).__name__
+        self._lr_mults = multipliers.resolve(owner, "lr_mult", self.lr_mult, variables)
+        self._decay_mults = multipliers.resolve(owner, "decay_mult", self.decay_mult, variables)
+        if self.iter_size > 1:
+            self._micro_step = self.add_variable(
+                shape=(), dtype="int64", name="iter_size_micro_step"
+            )
+            self._accumulators = self.add_optimizer_variables(variables, "iter_size_sum")
+
+    # -- per-variable helpers for update_step -------------------------------
+
+    def local_rate(self, learning_rate, variable):
+        """Caffe's ``local_rate``: the schedule's rate times ``lr_mult``."""
+        rate = ops.cast(learning_rate, variable.dtype)
+        mult = self._lr_mults[self._get_variable_index(variable)]
+        return rate if mult == 1.0 else rate * mult
+
+    def slot(self, slots, variable):
+        """The entry of a list of optimizer variables for ``variable``."""
+        return slots[self._get_variable_index(variable)]
+
+    # -- Caffe's gradient pipeline -----------------------------------------
+
+    def apply(self, grads, trainable_variables=None):
+        if trainable_variables is None:
+            if not self.built:
+                return super().apply(grads)  # raises Keras's own error
+            trainable_variables = self._trainable_variables
+        trainable_variables = list(trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+        pairs = [(g, v) for g, v in zip(grads, trainable_variables) if g is not None]
+        if not pairs:
+            return super().apply(grads, trainable_variables)  # Keras's error
+        grads = [ops.convert_to_tensor(g) for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        if self.iter_size == 1:
+            return super().apply(self.caffe_gradients(grads, variables), variables)
+        sums = [self.slot(self._accumulators, v) for v in variables]
+
+        def update():
+            totals = [ops.add(s, g) for s, g in zip(sums, grads)]
+            keras.optimizers.Optimizer.apply(
+                self, self.caffe_gradients(totals, variables), variables
+            )
+            for s in sums:
+                s.assign(ops.zeros_like(s))
+
+        def accumulate():
+            for s, g in zip(sums, grads):
+                s.assign_add(g)
+
+        is_update = ops.equal((self._micro_step + 1) % self.iter_size, 0)
+        ops.cond(is_update, update, accumulate)
+        self._micro_step.assign_add(1)
+
+    def caffe_gradients(self, grads, variables):
+        """Clip, normalize by ``iter_size`` and regularize, as Caffe does."""
+        if self.clip_gradients is not None:
+            sumsq = ops.sum(ops.stack([ops.sum(ops.square(g)) for g in grads]))
+            norm = ops.sqrt(sumsq)
+            scale = ops.where(norm > self.clip_gradients, self.clip_gradients / norm, 1.0)
+            grads = [g * ops.cast(scale, g.dtype) for g in grads]
+        if self.iter_size > 1:
+            grads = [g * (1.0 / self.iter_size) for g in grads]
+        if self.caffe_weight_decay:
+            grads = [self._regularize(g, v) for g, v in zip(grads, variables)]
+        return grads
+
+    def _regularize(self, grad, variable):
+        decay = self.caffe_weight_decay * self._decay_mults[self._get_variable_index(variable)]
+        if decay == 0.0:
+            return grad
+        penalty = variable if self.regularization_type == "L2" else ops.sign(variable)
+        return ops.add(ops.multiply(ops.cast(decay, grad.dtype), ops.cast(penalty, grad.dtype)), grad)
+
+    # -- serialization --------------------------------------------------------
+
+    def get_config(self):
+        config = super().get_config()
+        for key in _REFUSED:
+            config.pop(key, None)
+        config.update(
+            {
+                "weight_decay": self.caffe_weight_decay,
+                "regularization_type": self.regularization_type,
+                "clip_gradients": self.clip_gradients,
+                "iter_size": self.iter_size,
+                "lr_mult": dict(self.lr_mult),
+                "decay_mult": dict(self.decay_mult),
+            }
+        )
+        config.update({name: getattr(self, name) for name in self.solver_fields})
+        return config

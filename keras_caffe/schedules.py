@@ -1,0 +1,296 @@
+"""Caffe's learning-rate policies as Keras ``LearningRateSchedule`` classes.
+
+Each schedule is called with Caffe's iteration number ``iter``: the number of
+parameter updates done so far (0 at the first update). keras-caffe's
+optimizers call it with ``optimizer.iterations``, which counts updates, not
+``iter_size`` micro-batches, so the rate matches Caffe's at every iteration.
+
+Formulas (``caffe/src/caffe/solvers/sgd_solver.cpp``, ``GetLearningRate``):
+
+==========  ===============================================================
+fixed       base_lr
+step        base_lr * gamma ^ floor(iter / stepsize)
+exp         base_lr * gamma ^ iter
+inv         base_lr * (1 + gamma * iter) ^ (-power)
+multistep   base_lr * gamma ^ (number of stepvalues <= iter)
+poly        base_lr * (1 - iter / max_iter) ^ power
+sigmoid     base_lr / (1 + exp(-gamma * (iter - stepsize)))
+==========  ===============================================================
+
+``Warmup`` wraps any schedule with a linear warm-up, the large-batch recipe
+of Goyal et al., "Accurate, Large Minibatch SGD" (2017).
+"""
+
+import keras
+from keras import ops
+
+from keras_caffe._checks import check_int, check_number
+from keras_caffe.errors import ArgumentError, SolverError
+
+_register = keras.saving.register_keras_serializable(package="keras_caffe")
+
+
+class CaffeSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Base of the Caffe policies: holds ``base_lr`` and names the policy.
+
+    Subclasses set ``policy`` (the solver file's ``lr_policy`` string) and
+    ``solver_fields`` (the SolverParameter fields they take besides
+    ``base_lr``), and implement ``rate(iteration)`` on a float32 tensor.
+    """
+
+    policy = None
+    solver_fields = ()
+
+    def __init__(self, base_lr):
+        self.base_lr = check_number(type(self).__name__, "base_lr", base_lr)
+
+    def __call__(self, step):
+        iteration = ops.cast(step, "float32")
+        return ops.cast(self.rate(iteration), "float32")
+
+    def rate(self, iteration):
+        raise NotImplementedError
+
+    def get_config(self):
+        config = {"base_lr": self.base_lr}
+        config.update({name: getattr(self, name) for name in self.solver_fields})
+        return config
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+
+@_register
+class Fixed(CaffeSchedule):
+    """``lr = base_lr``."""
+
+    policy = "fixed"
+
+    def rate(self, iteration):
+        return ops.full_like(iteration, self.base_lr)
+
+
+@_register
+class Step(CaffeSchedule):
+    """``lr = base_lr * gamma ^ floor(iter / stepsize)``."""
+
+    policy = "step"
+    solver_fields = ("gamma", "stepsize")
+
+    def __init__(self, base_lr, gamma, stepsize):
+        super().__init__(base_lr)
+        self.gamma = check_number("Step", "gamma", gamma)
+        self.stepsize = check_int("Step", "stepsize", stepsize, low=1)
+
+    def rate(self, iteration):
+        return self.base_lr * ops.power(self.gamma, ops.floor(iteration / self.stepsize))
+
+
+@_register
+class Exp(CaffeSchedule):
+    """``lr = base_lr * gamma ^ iter``."""
+
+    policy = "exp"
+    solver_fields = ("gamma",)
+
+    def __init__(self, base_lr, gamma):
+        super().__init__(base_lr)
+        self.gamma = check_number("Exp", "gamma", gamma)
+
+    def rate(self, iteration):
+        return self.base_lr * ops.power(self.gamma, iteration)
+
+
+@_register
+class Inv(CaffeSchedule):
+    """``lr = base_lr * (1 + gamma * iter) ^ (-power)``."""
+
+    policy = "inv"
+    solver_fields = ("gamma", "power")
+
+    def __init__(self, base_lr, gamma, power):
+        super().__init__(base_lr)
+        self.gamma = check_number("Inv", "gamma", gamma)
+        self.power = check_number("Inv", "power", power)
+
+    def rate(self, iteration):
+        return self.base_lr * ops.power(1.0 + self.gamma * iteration, -self.power)
+
+
+@_register
+class MultiStep(CaffeSchedule):
+    """``lr = base_lr * gamma ^ k``, k = how many of ``stepvalue`` are <= iter.
+
+    ``stepvalue`` must be strictly increasing. (Caffe advances one step per
+    iteration at most, which equals this count only for increasing values;
+    other orders are refused rather than silently reinterpreted.)
+    """
+
+    policy = "multistep"
+    solver_fields = ("gamma", "stepvalue")
+
+    def __init__(self, base_lr, gamma, stepvalue):
+        super().__init__(base_lr)
+        self.gamma = check_number("MultiStep", "gamma", gamma)
+        if isinstance(stepvalue, (int, float)):
+            stepvalue = [stepvalue]
+        values = [check_int("MultiStep", "stepvalue", v, low=0) for v in stepvalue]
+        if not values:
+            raise ArgumentError("MultiStep", "stepvalue", "must hold at least one iteration")
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise ArgumentError(
+                "MultiStep", "stepvalue", f"must be strictly increasing, got {values}"
+            )
+        self.stepvalue = values
+
+    def rate(self, iteration):
+        passed = ops.sum(
+            ops.cast(ops.convert_to_tensor(self.stepvalue, "float32") <= iteration, "float32")
+        )
+        return self.base_lr * ops.power(self.gamma, passed)
+
+
+@_register
+class Poly(CaffeSchedule):
+    """``lr = base_lr * (1 - iter / max_iter) ^ power``, 0 from ``max_iter`` on.
+
+    Caffe stops at ``max_iter``; past it (a Keras ``fit`` that runs longer)
+    the rate stays 0 instead of going negative or NaN.
+    """
+
+    policy = "poly"
+    solver_fields = ("power", "max_iter")
+
+    def __init__(self, base_lr, power, max_iter):
+        super().__init__(base_lr)
+        self.power = check_number("Poly", "power", power)
+        self.max_iter = check_int("Poly", "max_iter", max_iter, low=1)
+
+    def rate(self, iteration):
+        done = ops.minimum(iteration, float(self.max_iter)) / self.max_iter
+        return self.base_lr * ops.power(1.0 - done, self.power)
+
+
+@_register
+class Sigmoid(CaffeSchedule):
+    """``lr = base_lr / (1 + exp(-gamma * (iter - stepsize)))``.
+
+    Caffe refuses a negative ``gamma`` here (the rate can only ramp up), and
+    so does this class.
+    """
+
+    policy = "sigmoid"
+    solver_fields = ("gamma", "stepsize")
+
+    def __init__(self, base_lr, gamma, stepsize):
+        super().__init__(base_lr)
+        self.gamma = check_number("Sigmoid", "gamma", gamma)
+        self.stepsize = check_int("Sigmoid", "stepsize", stepsize, low=0)
+
+    def rate(self, iteration):
+        return self.base_lr / (1.0 + ops.exp(-self.gamma * (iteration - self.stepsize)))
+
+
+@_register
+class Warmup(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up in front of any schedule (the large-batch recipe).
+
+    ``lr(iter) = schedule(iter) * f(iter)`` with
+    ``f = start_factor + (1 - start_factor) * min(iter, warmup_iter) / warmup_iter``,
+    so the rate rises linearly from ``start_factor`` times the schedule's to
+    the full schedule at ``warmup_iter`` and follows it from then on.
+    Goyal et al. 2017 warm up over 5 epochs from ``start_factor = 1/k`` when
+    the batch (and the rate) is scaled up k times.
+    """
+
+    def __init__(self, schedule, warmup_iter, start_factor=0.1):
+        if not isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            if isinstance(schedule, (int, float)):
+                schedule = Fixed(schedule)
+            else:
+                raise ArgumentError(
+                    "Warmup", "schedule",
+                    f"must be a LearningRateSchedule or a number, got {type(schedule).__name__}",
+                )
+        self.schedule = schedule
+        self.warmup_iter = check_int("Warmup", "warmup_iter", warmup_iter, low=1)
+        self.start_factor = check_number("Warmup", "start_factor", start_factor, high=1.0)
+
+    def __call__(self, step):
+        iteration = ops.cast(step, "float32")
+        progress = ops.minimum(iteration, float(self.warmup_iter)) / self.warmup_iter
+        factor = self.start_factor + (1.0 - self.start_factor) * progress
+        return ops.cast(self.schedule(step), "float32") * factor
+
+    def get_config(self):
+        return {
+            "schedule": keras.saving.serialize_keras_object(self.schedule),
+            "warmup_iter": self.warmup_iter,
+            "start_factor": self.start_factor,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**config)
+
+    def __repr__(self):
+        return (f"Warmup({self.schedule!r}, warmup_iter={self.warmup_iter}, "
+                f"start_factor={self.start_factor!r})")
+
+
+POLICIES = {cls.policy: cls for cls in (Fixed, Step, Exp, Inv, MultiStep, Poly, Sigmoid)}
+
+
+def from_solver(solver):
+    """The schedule a Caffe solver file describes.
+
+    ``solver`` is a path, prototxt text or a parsed ``SolverParameter``.
+    Raises ``SolverError`` naming the file when ``lr_policy`` is unknown or
+    a field the policy needs is not set, and ``ArgumentError`` when a field
+    has a bad value.
+    """
+    from keras_caffe.importers.solver import read_solver
+
+    param, source = read_solver(solver)
+    return schedule_from_param(param, source)
+
+
+def schedule_from_param(param, source):
+    """``from_solver`` for a parsed ``SolverParameter`` and its source name."""
+    valid = ", ".join(POLICIES)
+    if not param.HasField("lr_policy"):
+        raise SolverError(source, f"`lr_policy` is not set; valid policies: {valid}")
+    cls = POLICIES.get(param.lr_policy)
+    if cls is None:
+        raise SolverError(
+            source, f"unknown lr_policy {param.lr_policy!r}; valid policies: {valid}"
+        )
+    if not param.HasField("base_lr"):
+        raise SolverError(source, "`base_lr` is not set")
+    missing = [f for f in cls.solver_fields if not _is_set(param, f)]
+    if missing:
+        raise SolverError(
+            source,
+            f"lr_policy {cls.policy!r} needs " + ", ".join(f"`{f}`" for f in missing)
+            + ("; it is" if len(missing) == 1 else "; they are") + " not set",
+        )
+    kwargs = {f: _value(param, f) for f in cls.solver_fields}
+    try:
+        return cls(base_lr=param.base_lr, **kwargs)
+    except ArgumentError as err:
+        raise SolverError(source, str(err)) from None
+
+
+def _is_set(param, field):
+    if field == "stepvalue":
+        return len(param.stepvalue) > 0
+    return param.HasField(field)
+
+
+def _value(param, field):
+    if field == "stepvalue":
+        return list(param.stepvalue)
+    return getattr(param, field)
