@@ -35,18 +35,22 @@ class CaffeSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     Subclasses set ``policy`` (the solver file's ``lr_policy`` string) and
     ``solver_fields`` (the SolverParameter fields they take besides
-    ``base_lr``), and implement ``rate(iteration)`` on a float32 tensor.
+    ``base_lr``), and implement ``rate(iteration)`` on an ``iteration``
+    tensor of ``compute_dtype``: the precision Caffe computes the policy in
+    (``step``, ``exp`` and ``multistep`` call ``pow`` in double; ``inv``,
+    ``poly`` and ``sigmoid`` stay in float). The rate is returned as float32,
+    equal to Caffe's to the last printed digit.
     """
 
     policy = None
     solver_fields = ()
+    compute_dtype = "float64"
 
     def __init__(self, base_lr):
         self.base_lr = check_number(type(self).__name__, "base_lr", base_lr)
 
     def __call__(self, step):
-        iteration = ops.cast(step, "float32")
-        return ops.cast(self.rate(iteration), "float32")
+        return ops.cast(self.rate(ops.cast(step, self.compute_dtype)), "float32")
 
     def rate(self, iteration):
         raise NotImplementedError
@@ -108,6 +112,7 @@ class Inv(CaffeSchedule):
 
     policy = "inv"
     solver_fields = ("gamma", "power")
+    compute_dtype = "float32"
 
     def __init__(self, base_lr, gamma, power):
         super().__init__(base_lr)
@@ -146,7 +151,7 @@ class MultiStep(CaffeSchedule):
 
     def rate(self, iteration):
         passed = ops.sum(
-            ops.cast(ops.convert_to_tensor(self.stepvalue, "float32") <= iteration, "float32")
+            ops.cast(ops.convert_to_tensor(self.stepvalue, "float64") <= iteration, "float64")
         )
         return self.base_lr * ops.power(self.gamma, passed)
 
@@ -161,6 +166,7 @@ class Poly(CaffeSchedule):
 
     policy = "poly"
     solver_fields = ("power", "max_iter")
+    compute_dtype = "float32"
 
     def __init__(self, base_lr, power, max_iter):
         super().__init__(base_lr)
@@ -182,6 +188,7 @@ class Sigmoid(CaffeSchedule):
 
     policy = "sigmoid"
     solver_fields = ("gamma", "stepsize")
+    compute_dtype = "float32"
 
     def __init__(self, base_lr, gamma, stepsize):
         super().__init__(base_lr)
@@ -218,10 +225,10 @@ class Warmup(keras.optimizers.schedules.LearningRateSchedule):
         self.start_factor = check_number("Warmup", "start_factor", start_factor, high=1.0)
 
     def __call__(self, step):
-        iteration = ops.cast(step, "float32")
+        iteration = ops.cast(step, "float64")
         progress = ops.minimum(iteration, float(self.warmup_iter)) / self.warmup_iter
         factor = self.start_factor + (1.0 - self.start_factor) * progress
-        return ops.cast(self.schedule(step), "float32") * factor
+        return ops.cast(self.schedule(step), "float32") * ops.cast(factor, "float32")
 
     def get_config(self):
         return {
