@@ -61,7 +61,7 @@ class CaffeSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return config
 
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        args = ", ".join(f"{k}={_short(v)}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({args})"
 
 
@@ -245,7 +245,12 @@ class Warmup(keras.optimizers.schedules.LearningRateSchedule):
 
     def __repr__(self):
         return (f"Warmup({self.schedule!r}, warmup_iter={self.warmup_iter}, "
-                f"start_factor={self.start_factor!r})")
+                f"start_factor={_short(self.start_factor)})")
+
+
+def _short(value):
+    """Floats read from solver files are float32: show them as written."""
+    return f"{value:.7g}" if isinstance(value, float) else repr(value)
 
 
 POLICIES = {cls.policy: cls for cls in (Fixed, Step, Exp, Inv, MultiStep, Poly, Sigmoid)}

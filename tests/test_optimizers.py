@@ -97,6 +97,29 @@ def test_errors_are_value_errors():
     assert issubclass(ArgumentError, KerasCaffeError)
 
 
+# -- state ------------------------------------------------------------------------
+
+SLOTS = {"SGD": ["history"], "Nesterov": ["history"], "AdaGrad": ["history"],
+         "RMSProp": ["history"], "AdaDelta": ["history", "update_history"], "Adam": ["m", "v"]}
+
+
+@pytest.mark.parametrize("iter_size", [1, 2])
+@pytest.mark.parametrize("cls", OPTIMIZERS, ids=ids)
+def test_optimizer_variables_are_its_own_state_only(cls, iter_size):
+    """Caffe's history blobs per variable (+ the iter_size sum and counter)."""
+    model = tiny_mlp()
+    optimizer = cls(learning_rate=0.1, iter_size=iter_size, name="opt")
+    optimizer.build(model.trainable_variables)
+    expected = ["opt/iteration", "opt/learning_rate"]
+    per_variable = SLOTS[cls.__name__]
+    if iter_size > 1:
+        expected.append("opt/iter_size_micro_step")
+        per_variable = ["iter_size_sum"] + per_variable
+    for slot in per_variable:
+        expected += [f"opt/{v.path.replace('/', '_')}_{slot}" for v in model.trainable_variables]
+    assert sorted(v.path for v in optimizer.variables) == sorted(expected)
+
+
 # -- serialization ----------------------------------------------------------------
 
 

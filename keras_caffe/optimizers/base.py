@@ -103,6 +103,9 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
             return
         super().build(variables)
         owner = type(self).__name__
+        # Bypasses Keras's attribute tracking, which would list the model's
+        # variables among the optimizer's own.
+        object.__setattr__(self, "_built_variables", list(variables))
         self._lr_mults = multipliers.resolve(owner, "lr_mult", self.lr_mult, variables)
         self._decay_mults = multipliers.resolve(owner, "decay_mult", self.decay_mult, variables)
         if self.iter_size > 1:
@@ -129,7 +132,7 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         if trainable_variables is None:
             if not self.built:
                 return super().apply(grads)  # raises Keras's own error
-            trainable_variables = self._trainable_variables
+            trainable_variables = self._built_variables
         trainable_variables = list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):

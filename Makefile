@@ -1,0 +1,54 @@
+# keras-caffe
+#   make demo          install into .venv and run examples/demo.py
+#   make test          install into .venv (newest TensorFlow) and run the whole suite
+#   make test-compat   the same in .venv-tf218 (TensorFlow 2.18, protobuf 5: Horovod's stack)
+#   make bench         benchmarks/ (not part of the tests)
+#   make proto         regenerate keras_caffe/proto/caffe_pb2.py from caffe.proto
+
+PYTHON ?= python3
+VENV ?= .venv
+TF_SPEC ?= tensorflow>=2.16
+EXTRAS ?= test,lmdb
+BIN = $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install demo test test-compat bench proto clean
+
+# A fresh Debian needs python3-venv for `python3 -m venv`.
+$(BIN)/python:
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y python3-venv)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
+
+# Dependencies, once per venv (again when setup.cfg changes).
+$(VENV)/.deps: setup.cfg | $(BIN)/python
+	$(BIN)/pip install --quiet "$(TF_SPEC)" ".[$(EXTRAS)]"
+	touch $@
+
+# The package itself, rebuilt from the working tree every time (not editable:
+# the suite tests the installed wheel, not the source tree).
+install: $(VENV)/.deps
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation --force-reinstall .
+
+demo: install
+	$(BIN)/python examples/demo.py
+
+test: install
+	KERAS_CAFFE_EXPECT_INSTALLED=1 $(BIN)/pytest
+
+test-compat:
+	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow==2.18.1"
+
+bench: install
+	$(BIN)/python benchmarks/optimizer_step.py
+
+# protoc 25 (grpcio-tools 1.62.3) writes gencode without a runtime version
+# check, which loads under protobuf 4.x to 7.x: every TensorFlow we support.
+proto:
+	$(PYTHON) -m venv .venv-protoc
+	.venv-protoc/bin/pip install --quiet grpcio-tools==1.62.3
+	.venv-protoc/bin/python -m grpc_tools.protoc -I. --python_out=. keras_caffe/proto/caffe.proto
+
+clean:
+	rm -rf build dist *.egg-info .venv .venv-tf218 .venv-protoc

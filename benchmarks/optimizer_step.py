@@ -1,0 +1,95 @@
+"""Update time per step: keras-caffe's solvers against Keras's own optimizers.
+
+    python benchmarks/optimizer_step.py [--steps 20] [--repeats 7] [--no-xla]
+
+Both optimizers update the same ~25M parameters with the same fixed
+gradients inside one ``tf.function`` (XLA on by default), in the same
+process, alternating A/B/A/B so that machine noise hits both alike. Prints
+milliseconds per update (median over repeats) and the ratio
+keras-caffe / Keras; the goal is <= 1.05.
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import keras_caffe  # noqa: E402
+
+# A VGG-classifier-like stack: 4096x4096 + 4096x2048 + 2048x1000 and biases.
+SHAPES = [(4096, 4096), (4096,), (4096, 2048), (2048,), (2048, 1000), (1000,)]
+
+PAIRS = [
+    ("SGD momentum 0.9", lambda: keras_caffe.SGD(0.01, momentum=0.9),
+     lambda: keras.optimizers.SGD(0.01, momentum=0.9)),
+    ("Adam", lambda: keras_caffe.Adam(0.001, momentum=0.9, momentum2=0.999, delta=1e-8),
+     lambda: keras.optimizers.Adam(0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-8)),
+]
+
+
+def make_step(optimizer, variables, grads, jit):
+    optimizer.build(variables)
+
+    @tf.function(jit_compile=jit)
+    def step():
+        optimizer.apply(grads, variables)
+
+    return step
+
+
+def time_steps(step, variables, steps):
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    variables[0].numpy()  # wait for the device
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--no-xla", action="store_true")
+    args = parser.parse_args()
+    jit = not args.no_xla
+
+    rng = np.random.RandomState(0)
+    count = sum(int(np.prod(s)) for s in SHAPES)
+    device = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    console = Console()
+    console.print(
+        f"{count / 1e6:.1f}M parameters, XLA {'on' if jit else 'off'}, {args.steps} updates x "
+        f"{args.repeats} repeats, device {device[0].name}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, TensorFlow {tf.__version__}, Keras {keras.__version__}"
+    )
+    table = Table(title="optimizer update time (ms per step, median)")
+    for column in ("optimizer", "keras-caffe", "Keras", "ratio"):
+        table.add_column(column, justify="right" if column != "optimizer" else "left")
+    for label, ours_factory, theirs_factory in PAIRS:
+        timings = {}
+        steps = {}
+        for name, factory in (("ours", ours_factory), ("keras", theirs_factory)):
+            variables = [keras.Variable(rng.randn(*s).astype("float32") * 0.01) for s in SHAPES]
+            grads = [tf.constant(rng.randn(*s).astype("float32") * 1e-3) for s in SHAPES]
+            steps[name] = (make_step(factory(), variables, grads, jit), variables)
+            time_steps(*steps[name], steps=3)  # compile and warm up
+            timings[name] = []
+        for _ in range(args.repeats):
+            for name in ("ours", "keras"):
+                timings[name].append(time_steps(*steps[name], steps=args.steps))
+        ours, theirs = statistics.median(timings["ours"]), statistics.median(timings["keras"])
+        table.add_row(label, f"{ours:.2f}", f"{theirs:.2f}", f"{ours / theirs:.3f}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
