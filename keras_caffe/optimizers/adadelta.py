@@ -26,20 +26,13 @@ class AdaDelta(CaffeOptimizer):
 
     caffe_type = "AdaDelta"
     solver_fields = ("momentum", "delta")
+    slot_names = ("history", "update_history")
 
     def __init__(self, learning_rate=1.0, momentum=0.95, delta=1e-6, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         owner = type(self).__name__
         self.momentum = check_number(owner, "momentum", momentum, high=1.0)
         self.delta = check_number(owner, "delta", delta)
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self.history, self.update_history = self.add_optimizer_variables(
-            variables, ["history", "update_history"]
-        )
 
     def update_step(self, gradient, variable, learning_rate):
         h = self.slot(self.history, variable)

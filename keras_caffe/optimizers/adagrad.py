@@ -23,16 +23,11 @@ class AdaGrad(CaffeOptimizer):
 
     caffe_type = "AdaGrad"
     solver_fields = ("delta",)
+    slot_names = ("history",)
 
     def __init__(self, learning_rate=0.01, delta=1e-8, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.delta = check_number(type(self).__name__, "delta", delta)
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self.history = self.add_optimizer_variables(variables, "history")
 
     def update_step(self, gradient, variable, learning_rate):
         h = self.slot(self.history, variable)

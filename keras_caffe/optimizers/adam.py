@@ -25,6 +25,7 @@ class Adam(CaffeOptimizer):
 
     caffe_type = "Adam"
     solver_fields = ("momentum", "momentum2", "delta")
+    slot_names = ("m", "v")
 
     def __init__(self, learning_rate=0.001, momentum=0.9, momentum2=0.999, delta=1e-8, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
@@ -32,12 +33,6 @@ class Adam(CaffeOptimizer):
         self.momentum = check_number(owner, "momentum", momentum, high=1.0, high_open=True)
         self.momentum2 = check_number(owner, "momentum2", momentum2, high=1.0, high_open=True)
         self.delta = check_number(owner, "delta", delta)
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self.m, self.v = self.add_optimizer_variables(variables, ["m", "v"])
 
     def update_step(self, gradient, variable, learning_rate):
         m = self.slot(self.m, variable)

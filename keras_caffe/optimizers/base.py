@@ -59,6 +59,9 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
     caffe_type = None
     #: SolverParameter fields the solver takes besides the shared ones.
     solver_fields = ()
+    #: Per-variable state (Caffe's history blobs): each name becomes an
+    #: attribute holding one optimizer variable per model variable.
+    slot_names = ()
 
     def __init__(
         self,
@@ -113,6 +116,10 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
                 shape=(), dtype="int64", name="iter_size_micro_step"
             )
             self._accumulators = self.add_optimizer_variables(variables, "iter_size_sum")
+        if self.slot_names:
+            slots = self.add_optimizer_variables(variables, list(self.slot_names))
+            for name, per_variable in zip(self.slot_names, slots):
+                setattr(self, name, per_variable)
 
     # -- per-variable helpers for update_step -------------------------------
 

@@ -23,18 +23,13 @@ class RMSProp(CaffeOptimizer):
 
     caffe_type = "RMSProp"
     solver_fields = ("rms_decay", "delta")
+    slot_names = ("history",)
 
     def __init__(self, learning_rate=0.01, rms_decay=0.99, delta=1e-8, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         owner = type(self).__name__
         self.rms_decay = check_number(owner, "rms_decay", rms_decay, high=1.0)
         self.delta = check_number(owner, "delta", delta)
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self.history = self.add_optimizer_variables(variables, "history")
 
     def update_step(self, gradient, variable, learning_rate):
         h = self.slot(self.history, variable)

@@ -29,16 +29,11 @@ class SGD(CaffeOptimizer):
 
     caffe_type = "SGD"
     solver_fields = ("momentum",)
+    slot_names = ("history",)
 
     def __init__(self, learning_rate=0.01, momentum=0.0, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.momentum = check_number(type(self).__name__, "momentum", momentum, high=1.0)
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self.history = self.add_optimizer_variables(variables, "history")
 
     def update_step(self, gradient, variable, learning_rate):
         h = self.slot(self.history, variable)
