@@ -8,7 +8,7 @@
 
 __version__ = "0.1.0"
 
-from keras_caffe import schedules
+from keras_caffe import layers, schedules
 from keras_caffe.errors import (
     ArgumentError,
     KerasCaffeError,
@@ -24,10 +24,11 @@ from keras_caffe.optimizers import (
     Nesterov,
     RMSProp,
 )
+from keras_caffe.importers import import_model
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
 
 __all__ = [
     "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer",
-    "optimizer_from_solver", "schedules",
+    "optimizer_from_solver", "schedules", "import_model", "layers",
     "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError",
 ]

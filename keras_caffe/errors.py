@@ -22,7 +22,11 @@ class ArgumentError(KerasCaffeError):
         super().__init__(f"{owner}: `{argument}` {message}")
 
 
-class ProtoParseError(KerasCaffeError):
+class CaffeImportError(KerasCaffeError):
+    """Base class of the errors importing a Caffe net or its weights."""
+
+
+class ProtoParseError(CaffeImportError):
     """A prototxt or binary Caffe file could not be parsed.
 
     ``source`` is the file (or ``"<text>"``), ``line``/``column`` are 1-based
@@ -47,3 +51,36 @@ class SolverError(KerasCaffeError):
     def __init__(self, source, message):
         self.source = source
         super().__init__(f"{source}: {message}")
+
+
+class UnknownLayerError(CaffeImportError):
+    """Layer types with no converter; ``types`` lists all of them."""
+
+    def __init__(self, source, types, known):
+        self.source = source
+        self.types = sorted(types)
+        self.known = sorted(known)
+        super().__init__(
+            f"{source}: no converter for layer type(s) {', '.join(self.types)}; "
+            f"supported: {', '.join(self.known)}"
+        )
+
+
+class UnsafeLayerError(CaffeImportError):
+    """A layer that would run user code (``Python``) is refused."""
+
+
+class GraphError(CaffeImportError):
+    """The net's wiring is wrong: a bottom nobody produces, a cycle."""
+
+
+class LayerError(CaffeImportError):
+    """A layer's parameters or shapes are invalid; names the layer."""
+
+    def __init__(self, layer, message):
+        self.layer = layer
+        super().__init__(f"layer {layer!r}: {message}")
+
+
+class WeightsError(CaffeImportError):
+    """A weights file is unreadable or does not fit the net."""

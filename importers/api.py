@@ -1,0 +1,64 @@
+"""``import_model``: a Caffe net (and weights) -> a Keras model."""
+
+import warnings
+
+from keras_caffe.errors import CaffeImportError
+from keras_caffe.importers.graph import build_model
+from keras_caffe.importers.netfile import filter_net, net_state, read_net
+from keras_caffe.importers.weights import load_weights
+from keras_caffe.layers import CaffeBlobs
+
+
+def import_model(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
+                 level=0, stages=(), name=None):
+    """Build a Keras model from a Caffe net definition, with Caffe's numbers.
+
+    Args:
+        net: path to a .prototxt (deploy or train_val), its text, or a
+            ``NetParameter``. V1 (``layers { type: CONVOLUTION }``) files and
+            the deprecated ``input`` fields are upgraded on load.
+        weights: optional ``.caffemodel`` (binary) or ``.caffemodel.h5``.
+        phase: ``"TEST"`` or ``"TRAIN"``; with ``level`` and ``stages`` it
+            picks layers by their ``include`` / ``exclude`` rules.
+        data_format: ``"channels_last"`` (the fast layout; image inputs and
+            outputs are (N, H, W, C), weights are converted at import) or
+            ``"channels_first"`` (Caffe's layout).
+        outputs: blob names to output; default: Caffe's net outputs (blobs no
+            layer consumes).
+    Returns:
+        a ``keras.Model``; its layers are named after Caffe's ('/' becomes
+        '_'; ``layer.caffe_name`` keeps the original on layers with blobs).
+    """
+    if data_format not in ("channels_last", "channels_first"):
+        raise CaffeImportError(
+            f"data_format must be 'channels_last' or 'channels_first', got {data_format!r}"
+        )
+    param, source = read_net(net)
+    param = filter_net(param, net_state(phase, level, stages))
+    model, _ = build_model(param, source=source, data_format=data_format,
+                           phase=phase.upper() if isinstance(phase, str) else phase,
+                           outputs=outputs, name=name)
+    if weights is not None:
+        load_into(model, load_weights(weights), source=str(weights))
+    return model
+
+
+def caffe_layers(model):
+    """``{Caffe layer name: Keras layer}`` for the layers that hold blobs."""
+    return {layer.caffe_name: layer for layer in model.layers if isinstance(layer, CaffeBlobs)}
+
+
+def load_into(model, weights, source="<weights>"):
+    """Load ``{Caffe layer name: [blobs]}`` into the model's layers.
+
+    Layers in the weights that the net lacks are ignored (as Caffe ignores
+    them); layers the weights lack keep their initial values, with a warning.
+    """
+    layers = caffe_layers(model)
+    for caffe_name, blobs in weights.items():
+        if caffe_name in layers:
+            layers[caffe_name].set_caffe_blobs(blobs)
+    missing = sorted(set(layers) - set(weights))
+    if missing:
+        warnings.warn(f"{source}: no weights for layer(s) {', '.join(missing)}; "
+                      "they keep their initial values", stacklevel=3)

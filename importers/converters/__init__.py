@@ -1,0 +1,10 @@
+"""The built-in converters; importing this package registers them all."""
+
+from keras_caffe.importers.converters import (  # noqa: F401
+    inner_product,
+    io,
+    normalization,
+    simple,
+    structure,
+    vision,
+)

@@ -1,0 +1,257 @@
+"""Building a Keras functional model from a (filtered, upgraded) Caffe net.
+
+Blobs flow through the build as ``Blob``s: a Keras tensor plus its layout
+relative to Caffe's blob:
+
+- ``"caffe"``: the same axes and element order as Caffe's blob;
+- ``"nhwc"``: a channels-last image tensor, Caffe's (N, C, H, W) as (N, H, W, C);
+- ``"flat"``: (N, H*W*C) flattened from channels-last (``chw`` holds Caffe's
+  (C, H, W)); an InnerProduct reading it permutes its weight rows at import.
+
+Layout changes need no transposes for the common paths (conv, pooling,
+InnerProduct); a converter that needs Caffe's order asks ``ctx.caffe_order``.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from keras_caffe.errors import (
+    CaffeImportError,
+    GraphError,
+    LayerError,
+    UnknownLayerError,
+    UnsafeLayerError,
+)
+from keras_caffe.importers.registry import get_converter, registered_types
+
+#: Largest number of values one layer's weights or one blob may have
+#: (4 GiB of float32): larger requests are refused before allocating.
+MAX_ELEMENTS = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Blob:
+    tensor: object
+    layout: str = "caffe"
+    chw: tuple = None
+
+
+class Context:
+    """What converters use: the data format, layouts and naming."""
+
+    def __init__(self, data_format, phase, source):
+        self.data_format = data_format
+        self.phase = phase
+        self.source = source
+        self._names = {}
+
+    # -- naming --------------------------------------------------------------
+
+    def keras_name(self, caffe_name, suffix=""):
+        """A Keras layer name for a Caffe layer ('/' is not allowed in Keras)."""
+        base = caffe_name.replace("/", "_") + suffix
+        name, n = base, 1
+        while name in self._names and self._names[name] != (caffe_name, suffix):
+            n += 1
+            name = f"{base}_{n}"
+        self._names[name] = (caffe_name, suffix)
+        return name
+
+    # -- shapes and axes -------------------------------------------------------
+
+    def caffe_shape(self, blob):
+        """The Caffe shape of a blob (batch as None)."""
+        shape = tuple(blob.tensor.shape)
+        if blob.layout == "nhwc":
+            return (shape[0], shape[-1], *shape[1:-1])
+        return shape
+
+    def axis(self, blob, caffe_axis):
+        """The tensor axis of Caffe's ``caffe_axis`` (negative allowed)."""
+        rank = len(blob.tensor.shape)
+        axis = caffe_axis + rank if caffe_axis < 0 else caffe_axis
+        if not 0 <= axis < rank:
+            raise ValueError(f"axis {caffe_axis} is out of range for a {rank}-D blob")
+        if blob.layout == "nhwc":
+            return 0 if axis == 0 else (rank - 1 if axis == 1 else axis - 1)
+        if blob.layout == "flat" and axis != 0:
+            raise ValueError("this blob was flattened from channels-last data; ask caffe_order()")
+        return axis
+
+    # -- layouts -------------------------------------------------------------
+
+    def image_output(self, tensor):
+        """A Blob for a converter's image output (rank >= 3)."""
+        channels_last = self.data_format == "channels_last" and len(tensor.shape) >= 3
+        return Blob(tensor, "nhwc" if channels_last else "caffe")
+
+    def as_image(self, blob, layer):
+        """The tensor in the model's image layout (for conv, pooling, ...)."""
+        if len(blob.tensor.shape) < 3 or blob.layout == "flat":
+            raise LayerError(layer.name, f"needs an image blob (N, C, H, W), got shape "
+                                         f"{self.caffe_shape(blob)}")
+        if self.data_format == "channels_last" and blob.layout == "caffe":
+            rank = len(blob.tensor.shape)
+            perm = (*range(2, rank), 1)
+            return keras.layers.Permute(perm, name=self.keras_name(layer.name, "_to_nhwc"))(blob.tensor)
+        return blob.tensor
+
+    def caffe_order(self, blob, layer):
+        """The blob with Caffe's axes and element order (a transpose if needed)."""
+        if blob.layout == "caffe":
+            return blob
+        if blob.layout == "nhwc":
+            rank = len(blob.tensor.shape)
+            perm = (rank - 1, *range(1, rank - 1))
+            tensor = keras.layers.Permute(perm, name=self.keras_name(layer.name, "_to_nchw"))(blob.tensor)
+            return Blob(tensor)
+        c, h, w = blob.chw
+        image = keras.layers.Reshape((h, w, c), name=self.keras_name(layer.name, "_unflatten"))(blob.tensor)
+        image = keras.layers.Permute((3, 1, 2), name=self.keras_name(layer.name, "_to_nchw"))(image)
+        return Blob(keras.layers.Flatten(name=self.keras_name(layer.name, "_flatten_chw"))(image))
+
+    def elementwise(self, keras_layer, blob):
+        """Apply a layer that keeps shape and element order."""
+        return self.same_layout(keras_layer(blob.tensor), blob)
+
+    def same_layout(self, tensor, blob):
+        """A Blob for an elementwise result of ``blob``."""
+        return Blob(tensor, blob.layout, blob.chw)
+
+    def check_size(self, layer, count, what="weights"):
+        if count > MAX_ELEMENTS:
+            raise LayerError(layer.name, f"{what} of {count:,} values exceed the limit of "
+                                         f"{MAX_ELEMENTS:,}; refusing to allocate")
+
+
+def build_model(net, *, source, data_format="channels_last", phase="TEST", outputs=None,
+                name=None):
+    """The Keras functional model for a filtered, upgraded NetParameter.
+
+    Returns ``(model, blobs)``: ``blobs`` maps each Caffe blob name to its
+    ``Blob``. Model outputs are Caffe's net outputs (blobs no later layer
+    consumes) unless ``outputs`` names blobs.
+    """
+    _check_types(net, source)
+    ctx = Context(data_format, phase, source)
+    blobs, inputs, available = {}, [], {}
+    for index, layer in enumerate(net.layer):
+        for bottom in layer.bottom:
+            if bottom not in blobs:
+                raise _missing_bottom(net, index, bottom, source)
+        bottoms = [blobs[b] for b in layer.bottom]
+        tops = _convert(layer, bottoms, ctx)
+        if layer.type == "Input":
+            inputs.extend(t.tensor for t in tops)
+        for bottom in layer.bottom:
+            available.pop(bottom, None)
+        for top, blob in zip(layer.top, tops):
+            blobs[top] = blob
+            available[top] = True
+    if not inputs:
+        raise GraphError(f"{source}: the net has no Input layer (or input fields) to feed it")
+    wanted = list(outputs) if outputs else [b for b in available if blobs[b].tensor not in inputs]
+    for blob in wanted:
+        if blob not in blobs:
+            raise GraphError(f"{source}: no blob named {blob!r} to output")
+    model_outputs = [_output(blobs[b], b, ctx) for b in wanted]
+    model = keras.Model(inputs, model_outputs, name=(name or net.name or "caffe_net").replace("/", "_"))
+    return model, blobs
+
+
+def _check_types(net, source):
+    types = {layer.type for layer in net.layer}
+    if "Python" in types:
+        names = [layer.name for layer in net.layer if layer.type == "Python"]
+        raise UnsafeLayerError(
+            f"{source}: Python layer(s) {', '.join(repr(n) for n in names)} would run user code "
+            "named in the model file; keras-caffe never executes code from a model file. "
+            "Register a converter for the layer's behaviour, or replace it in the prototxt"
+        )
+    missing = {t for t in types if get_converter(t) is None}
+    if missing:
+        raise UnknownLayerError(source, missing, registered_types())
+
+
+def _convert(layer, bottoms, ctx):
+    fn = get_converter(layer.type)
+    try:
+        tops = fn(layer, bottoms, ctx)
+    except CaffeImportError:
+        raise
+    except (ValueError, TypeError, IndexError) as err:
+        shapes = ", ".join(str(ctx.caffe_shape(b)) for b in bottoms)
+        raise LayerError(layer.name, f"({layer.type}) cannot be built on input shape(s) "
+                                     f"{shapes}: {err}") from None
+    if len(tops) != len(layer.top):
+        raise LayerError(layer.name, f"({layer.type}) produces {len(tops)} blob(s) but names "
+                                     f"{len(layer.top)} top(s)")
+    for blob, top in zip(tops, layer.top):
+        dims = [d for d in blob.tensor.shape[1:] if d is not None]
+        if any(d <= 0 for d in dims):
+            raise LayerError(layer.name, f"({layer.type}) top {top!r} would have shape "
+                                         f"{ctx.caffe_shape(blob)}")
+        ctx.check_size(layer, int(np.prod(dims, dtype=np.int64)), what=f"top {top!r} per sample")
+    return tops
+
+
+def _output(blob, name, ctx):
+    if blob.layout == "flat":
+        return ctx.caffe_order(blob, _Named(name)).tensor
+    return blob.tensor
+
+
+class _Named:
+    def __init__(self, name):
+        self.name = name
+
+
+def _missing_bottom(net, index, bottom, source):
+    layer = net.layer[index]
+    producers = [i for i, l in enumerate(net.layer) if bottom in l.top and i > index]
+    if producers:
+        cycle = _find_cycle(net)
+        if cycle:
+            return GraphError(f"{source}: the net has a cycle: {' -> '.join(cycle)}")
+        later = net.layer[producers[0]].name
+        return GraphError(
+            f"{source}: layer {layer.name!r} takes bottom {bottom!r} before layer {later!r} "
+            "produces it; Caffe needs each layer after the layers it reads"
+        )
+    return GraphError(
+        f"{source}: layer {layer.name!r} ({layer.type}) takes bottom {bottom!r}, "
+        "which no layer produces"
+    )
+
+
+def _find_cycle(net):
+    """Layer names around a cycle of the blob graph, or None."""
+    producers = {}
+    for i, layer in enumerate(net.layer):
+        for top in layer.top:
+            if top not in layer.bottom:
+                producers.setdefault(top, []).append(i)
+    edges = {i: {p for b in l.bottom for p in producers.get(b, []) if p != i}
+             for i, l in enumerate(net.layer)}
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in edges[node]:
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = "done"
+        return None
+
+    for start in edges:
+        if start not in state:
+            found = visit(start, [start])
+            if found:
+                return [net.layer[i].name for i in found]
+    return None

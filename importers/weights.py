@@ -1,0 +1,80 @@
+"""Reading Caffe weights: binary ``.caffemodel`` and HDF5 ``.caffemodel.h5``."""
+
+import os
+
+import numpy as np
+
+from keras_caffe.errors import ProtoParseError, WeightsError
+from keras_caffe.importers.protofile import read_binary
+from keras_caffe.importers.upgrade import upgrade_net
+from keras_caffe.proto import caffe_pb2
+
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def blob_to_array(blob, where):
+    """A ``BlobProto`` as a float32 numpy array of its shape."""
+    if blob.HasField("shape"):
+        shape = tuple(blob.shape.dim)
+    else:  # legacy 4-D num/channels/height/width
+        shape = tuple(d for d in (blob.num, blob.channels, blob.height, blob.width))
+    data = blob.data if len(blob.data) else blob.double_data
+    count = int(np.prod(shape)) if shape else 1
+    if len(data) != count:
+        raise WeightsError(
+            f"{where}: blob holds {len(data)} values but its shape {shape} needs {count}"
+        )
+    return np.asarray(data, dtype=np.float32).reshape(shape)
+
+
+def array_to_blob(array):
+    """A numpy array as a ``BlobProto`` (float32 data, ``shape`` set)."""
+    blob = caffe_pb2.BlobProto()
+    blob.shape.dim.extend(array.shape)
+    blob.data.extend(np.asarray(array, np.float32).ravel().tolist())
+    return blob
+
+
+def load_weights(path):
+    """``{layer name: [blobs as float32 arrays]}`` from a weights file.
+
+    Binary (``.caffemodel``, V1 or current) or HDF5 (``/data/<layer>/<i>``),
+    told apart by content, not by name.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head == _HDF5_SIGNATURE:
+        return _load_hdf5(path)
+    try:
+        net = read_binary(path, caffe_pb2.NetParameter)
+    except ProtoParseError as err:
+        raise WeightsError(f"{path}: not a Caffe weights file ({err})") from None
+    net = upgrade_net(net, path)
+    weights = {}
+    for layer in net.layer:
+        if layer.blobs:
+            weights[layer.name] = [
+                blob_to_array(b, f"{path}: layer {layer.name!r} blob {i}")
+                for i, b in enumerate(layer.blobs)
+            ]
+    if not weights and not net.layer:
+        raise WeightsError(f"{path}: not a Caffe weights file (no layers in it)")
+    return weights
+
+
+def _load_hdf5(path):
+    import h5py
+
+    weights = {}
+    try:
+        with h5py.File(path, "r") as f:
+            if "data" not in f:
+                raise WeightsError(f"{path}: HDF5 file without Caffe's /data group")
+            for name, group in f["data"].items():
+                blobs = [np.asarray(group[str(i)], np.float32) for i in range(len(group))]
+                if blobs:
+                    weights[name] = blobs
+    except (OSError, KeyError) as err:
+        raise WeightsError(f"{path}: unreadable HDF5 weights ({err})") from None
+    return weights

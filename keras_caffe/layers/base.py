@@ -1,0 +1,81 @@
+"""What keras-caffe's layers share: Caffe blob conversion and layouts."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_caffe.errors import WeightsError
+
+register = keras.saving.register_keras_serializable(package="keras_caffe")
+
+
+class CaffeBlobs:
+    """Mixin of layers that hold Caffe blobs (learned or statistics).
+
+    ``caffe_blobs()`` returns the layer's weights in Caffe's shapes and order
+    (what a .caffemodel holds); ``set_caffe_blobs(blobs)`` loads them,
+    converting layouts once, here, so the graph has no transposes.
+    """
+
+    caffe_type = None
+
+    def __init__(self, *args, caffe_name=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Keras forbids '/' in layer names, which Caffe nets use freely.
+        self.caffe_name = caffe_name or self.name
+
+    def get_config(self):
+        config = super().get_config()
+        config["caffe_name"] = self.caffe_name
+        return config
+
+    def caffe_blob_shapes(self):
+        """The shapes Caffe's blobs for this layer have."""
+        return [tuple(b.shape) for b in self.caffe_blobs()]
+
+    def set_caffe_blobs(self, blobs):
+        expected = self.caffe_blob_shapes()
+        got = [tuple(np.shape(b)) for b in blobs]
+        if len(got) != len(expected):
+            raise WeightsError(
+                f"layer {self.name!r}: {len(got)} blobs in the weights, the net needs "
+                f"{len(expected)} {expected}"
+            )
+        for i, (g, e) in enumerate(zip(got, expected)):
+            if g != e and int(np.prod(g)) == int(np.prod(e)) and len(g) != len(e):
+                continue  # legacy 4-D (1, 1, out, in) blobs of the same size
+            if g != e:
+                raise WeightsError(
+                    f"layer {self.name!r}: blob {i} has shape {g} in the weights, "
+                    f"the net needs {e}"
+                )
+        blobs = [np.asarray(b, np.float32).reshape(e) for b, e in zip(blobs, expected)]
+        self.set_weights(self.keras_weights_from_caffe(blobs))
+
+    def caffe_blobs(self):
+        return self.caffe_from_keras_weights([ops.convert_to_numpy(w) for w in self.weights])
+
+    def keras_weights_from_caffe(self, blobs):
+        raise NotImplementedError
+
+    def caffe_from_keras_weights(self, weights):
+        raise NotImplementedError
+
+
+def check_data_format(data_format):
+    if data_format not in ("channels_last", "channels_first"):
+        raise ValueError(f"data_format must be 'channels_last' or 'channels_first', got {data_format!r}")
+    return data_format
+
+
+def to_nhwc(x, data_format):
+    """Layers compute in NHWC (the layout TF's CPU kernels support)."""
+    return ops.transpose(x, (0, 2, 3, 1)) if data_format == "channels_first" else x
+
+
+def from_nhwc(x, data_format):
+    return ops.transpose(x, (0, 3, 1, 2)) if data_format == "channels_first" else x
+
+
+def pair(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value, value)

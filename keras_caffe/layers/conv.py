@@ -1,0 +1,90 @@
+"""Caffe's Convolution as a Keras layer: explicit pads, groups, dilation."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_caffe.layers.base import CaffeBlobs, check_data_format, from_nhwc, pair, register, to_nhwc
+
+
+@register
+class Convolution(CaffeBlobs, keras.layers.Layer):
+    """2-D convolution with Caffe's parameters.
+
+    ``pad`` is Caffe's symmetric zero padding (any amount, per axis), so no
+    ``"same"`` guessing. ``group`` splits input and output channels into
+    groups; ``group == input channels`` runs as a depthwise convolution.
+    ``stride`` with ``dilation`` (which Keras's Conv2D refuses) runs the
+    dilated convolution at stride 1 and keeps every stride-th output.
+    Caffe's blobs: weights (num_output, in/group, kh, kw), bias (num_output,).
+    """
+
+    caffe_type = "Convolution"
+
+    def __init__(self, num_output, kernel_size, stride=1, pad=0, dilation=1, group=1,
+                 bias_term=True, data_format="channels_last", **kwargs):
+        super().__init__(**kwargs)
+        self.num_output = int(num_output)
+        self.kernel_size = pair(kernel_size)
+        self.stride = pair(stride)
+        self.pad = pair(pad)
+        self.dilation = pair(dilation)
+        self.group = int(group)
+        self.bias_term = bool(bias_term)
+        self.data_format = check_data_format(data_format)
+
+    def build(self, input_shape):
+        channels = input_shape[1] if self.data_format == "channels_first" else input_shape[-1]
+        self.in_channels = int(channels)
+        self.depthwise = self.group > 1 and self.group == self.in_channels
+        kh, kw = self.kernel_size
+        if self.depthwise:
+            shape = (kh, kw, self.in_channels, self.num_output // self.group)
+        else:
+            shape = (kh, kw, self.in_channels // self.group, self.num_output)
+        self.kernel = self.add_weight(name="kernel", shape=shape, initializer="glorot_uniform")
+        self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
+                     if self.bias_term else None)
+
+    def call(self, x):
+        x = to_nhwc(x, self.data_format)
+        if any(self.pad):
+            ph, pw = self.pad
+            x = ops.pad(x, [[0, 0], [ph, ph], [pw, pw], [0, 0]])
+        subsample = max(self.dilation) > 1 and max(self.stride) > 1
+        strides = (1, 1) if subsample else self.stride
+        if self.depthwise:
+            y = ops.depthwise_conv(x, self.kernel, strides=strides, padding="valid",
+                                   dilation_rate=self.dilation)
+        else:
+            y = ops.conv(x, self.kernel, strides=strides, padding="valid",
+                         dilation_rate=self.dilation)
+        if subsample:
+            y = y[:, ::self.stride[0], ::self.stride[1], :]
+        if self.bias is not None:
+            y = y + self.bias
+        return from_nhwc(y, self.data_format)
+
+    def keras_weights_from_caffe(self, blobs):
+        w = blobs[0]  # (out, in/group, kh, kw)
+        if self.depthwise:
+            kernel = w.reshape(self.in_channels, -1, *w.shape[2:]).transpose(2, 3, 0, 1)
+        else:
+            kernel = w.transpose(2, 3, 1, 0)
+        return [kernel] + blobs[1:]
+
+    def caffe_from_keras_weights(self, weights):
+        kernel = weights[0]
+        if self.depthwise:
+            kh, kw, c, m = kernel.shape
+            w = kernel.transpose(2, 3, 0, 1).reshape(c * m, 1, kh, kw)
+        else:
+            w = kernel.transpose(3, 2, 0, 1)
+        return [np.ascontiguousarray(w)] + list(weights[1:])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_output=self.num_output, kernel_size=self.kernel_size, stride=self.stride,
+                      pad=self.pad, dilation=self.dilation, group=self.group,
+                      bias_term=self.bias_term, data_format=self.data_format)
+        return config

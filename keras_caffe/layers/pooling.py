@@ -1,0 +1,101 @@
+"""Caffe's Pooling: explicit pads, Caffe's ceil-mode output size and clipping."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_caffe.layers.base import check_data_format, from_nhwc, pair, register, to_nhwc
+
+
+def pooled_size(size, kernel, stride, pad, ceil_mode=True):
+    """Caffe's PoolingLayer::Reshape output size along one axis."""
+    span = size + 2 * pad - kernel
+    out = (math.ceil(span / stride) if ceil_mode else span // stride) + 1
+    if pad > 0 and (out - 1) * stride >= size + pad:
+        out -= 1  # the last window must start inside the image (or its left pad)
+    return out
+
+
+@register
+class Pooling(keras.layers.Layer):
+    """Caffe's MAX / AVE pooling over H, W.
+
+    MAX ignores padded cells (they hold -inf). AVE divides each window's sum
+    by the window clipped to ``H + pad`` (not to the image, not by k*k), as
+    Caffe does. The output size is Caffe's: ceil mode by default, with the
+    last window forced to start inside the input. ``global_pooling`` pools
+    all of H, W.
+    """
+
+    def __init__(self, pool="MAX", kernel_size=1, stride=1, pad=0, global_pooling=False,
+                 ceil_mode=True, data_format="channels_last", **kwargs):
+        super().__init__(**kwargs)
+        if pool not in ("MAX", "AVE"):
+            raise ValueError(f"pool must be 'MAX' or 'AVE', got {pool!r}")
+        self.pool = pool
+        self.kernel_size = pair(kernel_size)
+        self.stride = pair(stride)
+        self.pad = pair(pad)
+        self.global_pooling = bool(global_pooling)
+        self.ceil_mode = bool(ceil_mode)
+        self.data_format = check_data_format(data_format)
+
+    def _geometry(self, h, w):
+        out = [pooled_size(n, k, s, p, self.ceil_mode)
+               for n, k, s, p in zip((h, w), self.kernel_size, self.stride, self.pad)]
+        # Extra bottom/right padding so every window Caffe computes exists.
+        extra = [max(0, (o - 1) * s + k - n - p)
+                 for o, n, k, s, p in zip(out, (h, w), self.kernel_size, self.stride, self.pad)]
+        return out, extra
+
+    def call(self, x):
+        x = to_nhwc(x, self.data_format)
+        if self.global_pooling:
+            reduce = ops.max if self.pool == "MAX" else ops.mean
+            return from_nhwc(reduce(x, axis=(1, 2), keepdims=True), self.data_format)
+        h, w = x.shape[1], x.shape[2]
+        (oh, ow), (eh, ew) = self._geometry(h, w)
+        (ph, pw), (kh, kw), (sh, sw) = self.pad, self.kernel_size, self.stride
+        paddings = [[0, 0], [ph, eh], [pw, ew], [0, 0]]
+        if self.pool == "MAX":
+            if ph or pw or eh or ew:
+                x = ops.pad(x, paddings, constant_values=float("-inf"))
+            y = ops.max_pool(x, (kh, kw), (sh, sw), padding="valid")
+        else:
+            if ph or pw or eh or ew:
+                x = ops.pad(x, paddings)
+            y = ops.average_pool(x, (kh, kw), (sh, sw), padding="valid")
+            scale = self._average_scale(h, w, oh, ow)
+            if scale is not None:
+                y = y * ops.cast(scale, y.dtype)
+        return from_nhwc(y[:, :oh, :ow, :], self.data_format)
+
+    def _average_scale(self, h, w, oh, ow):
+        """k*k / Caffe's pool_size per output cell (None where all are k*k)."""
+        factors = []
+        for n, o, k, s, p in zip((h, w), (oh, ow), self.kernel_size, self.stride, self.pad):
+            start = np.arange(o) * s - p
+            size = np.minimum(start + k, n + p) - start
+            factors.append(k / size)
+        scale = np.outer(*factors).astype("float32")
+        return None if np.all(scale == 1.0) else scale[None, :, :, None]
+
+    def compute_output_shape(self, input_shape):
+        if self.data_format == "channels_first":
+            n, c, h, w = input_shape
+        else:
+            n, h, w, c = input_shape
+        if self.global_pooling:
+            oh = ow = 1
+        else:
+            (oh, ow), _ = self._geometry(h, w)
+        return (n, c, oh, ow) if self.data_format == "channels_first" else (n, oh, ow, c)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(pool=self.pool, kernel_size=self.kernel_size, stride=self.stride,
+                      pad=self.pad, global_pooling=self.global_pooling,
+                      ceil_mode=self.ceil_mode, data_format=self.data_format)
+        return config
