@@ -132,7 +132,9 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
 
     Returns ``(model, blobs)``: ``blobs`` maps each Caffe blob name to its
     ``Blob``. Model outputs are Caffe's net outputs (blobs no later layer
-    consumes) unless ``outputs`` names blobs.
+    consumes) unless ``outputs`` names blobs: one output is a tensor, several
+    are a dict keyed by blob name (like pycaffe's ``forward()``);
+    ``model.caffe_outputs`` lists their blob names.
     """
     _check_types(net, source)
     ctx = Context(data_format, phase, source)
@@ -156,8 +158,11 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     for blob in wanted:
         if blob not in blobs:
             raise GraphError(f"{source}: no blob named {blob!r} to output")
-    model_outputs = [_output(blobs[b], b, ctx) for b in wanted]
-    model = keras.Model(inputs, model_outputs, name=(name or net.name or "caffe_net").replace("/", "_"))
+    tensors = {b: _output(blobs[b], b, ctx) for b in wanted}
+    model_outputs = tensors[wanted[0]] if len(wanted) == 1 else tensors
+    model_inputs = inputs[0] if len(inputs) == 1 else inputs
+    model = keras.Model(model_inputs, model_outputs, name=(name or net.name or "caffe_net").replace("/", "_"))
+    model.caffe_outputs = wanted
     return model, blobs
 
 

@@ -74,3 +74,45 @@ def golden_dataset(folder, batch_size=16):
     data = np.load(folder / "data.npz")
     x, y = data["data"], data["label"].astype("int32")
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).repeat()
+
+
+def run_layers(layers_text, inputs, weights=None, data_format="channels_last", phase="TEST",
+               outputs=None, training=False):
+    """Run Caffe layer(s) through the importer on numpy inputs.
+
+    ``inputs`` maps input blob names to arrays in Caffe's layout (N, C, H, W);
+    an Input layer for them is prepended to ``layers_text``. ``weights`` maps
+    Caffe layer names to their blobs. Returns ``{blob: array}`` in Caffe's
+    layout for the model's outputs (all net outputs unless ``outputs``).
+    """
+    from keras_caffe.importers import import_model, load_into
+
+    shapes = "".join(
+        f"  shape {{ {' '.join(f'dim: {d}' for d in np.shape(a))} }}\n" for a in inputs.values()
+    )
+    tops = "".join(f'  top: "{name}"\n' for name in inputs)
+    text = f'layer {{\n  name: "input"\n  type: "Input"\n{tops}  input_param {{\n{shapes}  }}\n}}\n'
+    model = import_model(text + layers_text, phase=phase, data_format=data_format, outputs=outputs)
+    if weights:
+        load_into(model, weights)
+    feed = [to_keras_layout(np.asarray(a, np.float32), data_format) for a in inputs.values()]
+    result = model(feed if len(feed) > 1 else feed[0], training=training)
+    if not isinstance(result, dict):
+        result = {model.caffe_outputs[0]: result}
+    return {name: from_keras_layout(keras.ops.convert_to_numpy(r), data_format)
+            for name, r in result.items()}
+
+
+def to_keras_layout(array, data_format):
+    if data_format == "channels_last" and array.ndim >= 3:
+        return np.moveaxis(array, 1, -1)
+    return array
+
+
+def from_keras_layout(array, data_format):
+    if data_format == "channels_last" and array.ndim >= 3:
+        return np.moveaxis(array, -1, 1)
+    return array
+
+
+DATA_FORMATS = ["channels_last", "channels_first"]

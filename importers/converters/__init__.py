@@ -1,9 +1,13 @@
 """The built-in converters; importing this package registers them all."""
 
 from keras_caffe.importers.converters import (  # noqa: F401
+    activations,
     inner_product,
     io,
+    learned,
     normalization,
+    reductions,
+    shape,
     simple,
     structure,
     vision,

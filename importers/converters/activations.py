@@ -1,0 +1,1 @@
+"""Converters: activations (see the module's functions)."""

@@ -1,0 +1,1 @@
+"""Converters: learned (see the module's functions)."""

@@ -1,0 +1,1 @@
+"""Converters: reductions (see the module's functions)."""

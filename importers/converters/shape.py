@@ -1,0 +1,1 @@
+"""Converters: shape (see the module's functions)."""

@@ -1,0 +1,1 @@
+"""keras-caffe layers: shape."""

@@ -1,0 +1,171 @@
+"""Convolution, Pooling, LRN: one-layer nets against numpy ports of Caffe's loops."""
+
+import math
+
+import numpy as np
+import pytest
+
+from keras_caffe.errors import LayerError
+from support import DATA_FORMATS, run_layers
+
+RNG = np.random.RandomState(0)
+
+
+def conv_reference(x, w, b, stride, pad, dilation, group):
+    """Caffe's convolution, directly: (N, C, H, W) * (O, C/g, kh, kw)."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+    ow = (wd + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    y = np.zeros((n, o, oh, ow))
+    og = o // group
+    for g in range(group):
+        for i in range(oh):
+            for j in range(ow):
+                patch = xp[:, g * cg:(g + 1) * cg,
+                           i * sh:i * sh + dh * (kh - 1) + 1:dh,
+                           j * sw:j * sw + dw * (kw - 1) + 1:dw]
+                y[:, g * og:(g + 1) * og, i, j] = np.einsum("nchw,ochw->no", patch,
+                                                            w[g * og:(g + 1) * og])
+    return y + (b[None, :, None, None] if b is not None else 0)
+
+
+def pool_reference(x, kernel, stride, pad, pool, ceil=True):
+    """Caffe's PoolingLayer::Forward_cpu loops, MAX and AVE."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pad
+
+    def size(dim, k, s, p):
+        out = (math.ceil((dim + 2 * p - k) / s) if ceil else (dim + 2 * p - k) // s) + 1
+        return out - 1 if p and (out - 1) * s >= dim + p else out
+
+    oh, ow = size(h, kh, sh, ph), size(w, kw, sw, pw)
+    y = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            hs, ws = i * sh - ph, j * sw - pw
+            he, we = min(hs + kh, h + ph), min(ws + kw, w + pw)
+            pool_size = (he - hs) * (we - ws)
+            hs, ws, he, we = max(hs, 0), max(ws, 0), min(he, h), min(we, w)
+            window = x[:, :, hs:he, ws:we]
+            y[:, :, i, j] = (window.max(axis=(2, 3)) if pool == "MAX"
+                             else window.sum(axis=(2, 3)) / pool_size)
+    return y
+
+
+def lrn_reference(x, size, alpha, beta, k, region):
+    n, c, h, w = x.shape
+    if region == "ACROSS_CHANNELS":
+        half = (size - 1) // 2
+        padded = np.pad(x**2, ((0, 0), (half, half), (0, 0), (0, 0)))
+        total = sum(padded[:, i:i + c] for i in range(size))
+        return x * (k + alpha / size * total) ** -beta
+    half = (size - 1) // 2
+    average = pool_reference(x**2, (size, size), (1, 1), (half, half), "AVE")
+    return x * (1 + alpha * average) ** -beta
+
+
+def conv_text(name="conv", **p):
+    fields = " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in p.items())
+    return f'layer {{ name: "{name}" type: "Convolution" bottom: "data" top: "{name}" ' \
+           f'convolution_param {{ {fields} }} }}'
+
+
+CONV_CASES = {
+    "plain": dict(num_output=4, kernel_size=3),
+    "stride_pad": dict(num_output=5, kernel_size=3, stride=2, pad=1),
+    "pad_hw_kernel_hw": dict(num_output=3, kernel_h=3, kernel_w=2, pad_h=2, pad_w=0, stride_h=1, stride_w=2),
+    "grouped": dict(num_output=6, kernel_size=3, group=2, pad=1),
+    "depthwise": dict(num_output=8, kernel_size=3, group=4, pad=1, stride=2),
+    "dilation": dict(num_output=4, kernel_size=3, dilation=2, pad=2),
+    "dilation_and_stride": dict(num_output=4, kernel_size=3, dilation=2, stride=2, pad=1),
+    "no_bias": dict(num_output=4, kernel_size=1, bias_term=False),
+}
+
+
+@pytest.mark.converter("Convolution")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_convolution(case, data_format):
+    p = CONV_CASES[case]
+    x = RNG.randn(2, 4, 9, 8).astype("float32")
+    group = p.get("group", 1)
+    kh, kw = p.get("kernel_h", p.get("kernel_size")), p.get("kernel_w", p.get("kernel_size"))
+    w = RNG.randn(p["num_output"], 4 // group, kh, kw).astype("float32")
+    b = RNG.randn(p["num_output"]).astype("float32")
+    blobs = [w] if p.get("bias_term") is False else [w, b]
+    y = run_layers(conv_text(**p), {"data": x}, {"conv": blobs}, data_format)["conv"]
+    expected = conv_reference(
+        x, w, blobs[1] if len(blobs) > 1 else None,
+        (p.get("stride_h", p.get("stride", 1)), p.get("stride_w", p.get("stride", 1))),
+        (p.get("pad_h", p.get("pad", 0)), p.get("pad_w", p.get("pad", 0))),
+        (p.get("dilation", 1),) * 2, group,
+    )
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.converter("Convolution")
+def test_convolution_bad_group_names_the_layer():
+    with pytest.raises(LayerError, match="layer 'conv': group 3 must divide the 4 input channels"):
+        run_layers(conv_text(num_output=6, kernel_size=1, group=3), {"data": np.zeros((1, 4, 3, 3))})
+
+
+POOL_CASES = {
+    "max_ceil_pad": ("MAX", 3, 2, 1),          # GoogLeNet-style
+    "max_ceil_no_pad": ("MAX", 3, 2, 0),
+    "ave_ceil_pad": ("AVE", 3, 2, 1),          # divisor clipped to H + pad
+    "ave_pad_2": ("AVE", 4, 3, 2),
+    "max_exact": ("MAX", 2, 2, 0),
+    "ave_kernel_1": ("AVE", 1, 1, 0),
+}
+
+
+@pytest.mark.converter("Pooling")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+@pytest.mark.parametrize("case", list(POOL_CASES))
+def test_pooling(case, data_format):
+    pool, k, s, p = POOL_CASES[case]
+    x = RNG.randn(2, 3, 12, 11).astype("float32")
+    text = (f'layer {{ name: "pool" type: "Pooling" bottom: "data" top: "pool" '
+            f'pooling_param {{ pool: {pool} kernel_size: {k} stride: {s} pad: {p} }} }}')
+    y = run_layers(text, {"data": x}, data_format=data_format)["pool"]
+    expected = pool_reference(x, (k, k), (s, s), (p, p), pool)
+    assert y.shape == expected.shape
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.converter("Pooling")
+@pytest.mark.parametrize("pool", ["MAX", "AVE"])
+def test_pooling_floor_mode_and_global(pool):
+    x = RNG.randn(2, 3, 112, 112).astype("float32")
+    text = (f'layer {{ name: "p" type: "Pooling" bottom: "data" top: "p" pooling_param {{ '
+            f'pool: {pool} kernel_size: 3 stride: 2 pad: 1 round_mode: FLOOR }} }}'
+            f'layer {{ name: "g" type: "Pooling" bottom: "data" top: "g" pooling_param {{ '
+            f'pool: {pool} global_pooling: true }} }}')
+    out = run_layers(text, {"data": x})
+    assert out["p"].shape == (2, 3, 56, 56)  # DenseNet's pool1: CEIL would give 57
+    np.testing.assert_allclose(out["p"], pool_reference(x, (3, 3), (2, 2), (1, 1), pool, ceil=False),
+                               rtol=1e-5, atol=1e-6)
+    reduce = np.max if pool == "MAX" else np.mean
+    np.testing.assert_allclose(out["g"], reduce(x, axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.converter("Pooling")
+def test_stochastic_pooling_is_refused():
+    text = ('layer { name: "p" type: "Pooling" bottom: "data" top: "p" '
+            'pooling_param { pool: STOCHASTIC kernel_size: 2 } }')
+    with pytest.raises(LayerError, match="layer 'p': STOCHASTIC pooling is not supported"):
+        run_layers(text, {"data": np.zeros((1, 1, 4, 4))})
+
+
+@pytest.mark.converter("LRN")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+@pytest.mark.parametrize("region", ["ACROSS_CHANNELS", "WITHIN_CHANNEL"])
+def test_lrn(region, data_format):
+    x = RNG.randn(2, 7, 6, 5).astype("float32") * 3
+    text = (f'layer {{ name: "norm" type: "LRN" bottom: "data" top: "norm" lrn_param {{ '
+            f'local_size: 3 alpha: 0.5 beta: 0.75 k: 2 norm_region: {region} }} }}')
+    y = run_layers(text, {"data": x}, data_format=data_format)["norm"]
+    np.testing.assert_allclose(y, lrn_reference(x, 3, 0.5, 0.75, 2.0, region), rtol=1e-5, atol=1e-6)
