@@ -8,6 +8,7 @@
 """
 
 from keras_caffe.importers.api import caffe_layers, import_model, load_into
+from keras_caffe.importers.export import export_caffemodel, param_multipliers
 from keras_caffe.importers.netfile import filter_net, net_state, read_net
 from keras_caffe.importers.protofile import parse_text, read_binary, read_text
 from keras_caffe.importers.registry import (
@@ -19,7 +20,7 @@ from keras_caffe.importers.solver import read_solver
 from keras_caffe.importers.weights import load_weights
 
 __all__ = [
-    "import_model", "caffe_layers", "load_into", "load_weights", "read_net", "filter_net",
+    "import_model", "export_caffemodel", "param_multipliers", "caffe_layers", "load_into", "load_weights", "read_net", "filter_net",
     "net_state", "parse_text", "read_binary", "read_text", "read_solver", "converter",
     "registered_types", "unregister_converter",
 ]

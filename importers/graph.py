@@ -163,7 +163,32 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     model_inputs = inputs[0] if len(inputs) == 1 else inputs
     model = keras.Model(model_inputs, model_outputs, name=(name or net.name or "caffe_net").replace("/", "_"))
     model.caffe_outputs = wanted
+    _attach_param_specs(net, model)
     return model, blobs
+
+
+def _attach_param_specs(net, model):
+    """Record each layer's ``param { lr_mult decay_mult }`` on its Keras layer."""
+    from keras_caffe.layers import CaffeBlobs
+
+    layers = {layer.caffe_name: layer for layer in model.layers if isinstance(layer, CaffeBlobs)}
+    owners = {}
+    for layer in net.layer:
+        for spec in layer.param:
+            if spec.name:
+                if spec.name in owners and owners[spec.name] != layer.name:
+                    raise LayerError(layer.name, f"shares parameter {spec.name!r} with layer "
+                                                 f"{owners[spec.name]!r}; weight sharing is not "
+                                                 "supported")
+                owners[spec.name] = layer.name
+        if layer.name in layers:
+            target = layers[layer.name]
+            count = len(target.weights)
+            specs = list(layer.param) + [None] * max(0, count - len(layer.param))
+            target.param_multipliers = [
+                [spec.lr_mult, spec.decay_mult] if spec is not None else [1.0, 1.0]
+                for spec in specs[:count]
+            ]
 
 
 def _check_types(net, source):

@@ -15,7 +15,7 @@ def read_net(net):
     if isinstance(net, caffe_pb2.NetParameter):
         param, source = net, "<NetParameter>"
     elif isinstance(net, os.PathLike) or (isinstance(net, str) and (
-            os.path.isfile(net) or ("\n" not in net and "{" not in net))):
+            os.path.isfile(net) or not any(c in net for c in "\n{:"))):
         source = os.fspath(net)
         param = read_text(source, caffe_pb2.NetParameter)
     elif isinstance(net, str):

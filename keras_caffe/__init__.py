@@ -24,11 +24,11 @@ from keras_caffe.optimizers import (
     Nesterov,
     RMSProp,
 )
-from keras_caffe.importers import import_model
+from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
 
 __all__ = [
     "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer",
-    "optimizer_from_solver", "schedules", "import_model", "layers",
+    "optimizer_from_solver", "schedules", "import_model", "export_caffemodel", "param_multipliers", "layers",
     "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError",
 ]

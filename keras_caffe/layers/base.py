@@ -19,14 +19,17 @@ class CaffeBlobs:
 
     caffe_type = None
 
-    def __init__(self, *args, caffe_name=None, **kwargs):
+    def __init__(self, *args, caffe_name=None, param_multipliers=None, **kwargs):
         super().__init__(*args, **kwargs)
         # Keras forbids '/' in layer names, which Caffe nets use freely.
         self.caffe_name = caffe_name or self.name
+        #: Caffe's ``param { lr_mult decay_mult }`` per blob, [[lr, decay], ...].
+        self.param_multipliers = [list(map(float, m)) for m in (param_multipliers or [])]
 
     def get_config(self):
         config = super().get_config()
         config["caffe_name"] = self.caffe_name
+        config["param_multipliers"] = self.param_multipliers
         return config
 
     def caffe_blob_shapes(self):

@@ -1,0 +1,67 @@
+"""Writing a model's weights back as a Caffe ``.caffemodel``."""
+
+import os
+import tempfile
+
+from keras_caffe.errors import KerasCaffeError
+from keras_caffe.importers.weights import array_to_blob
+from keras_caffe.layers import CaffeBlobs
+from keras_caffe.proto import caffe_pb2
+
+
+def export_caffemodel(model, path):
+    """Write the blobs of ``model``'s Caffe layers to ``path`` (binary).
+
+    Every layer that holds Caffe blobs (the importer's Convolution,
+    InnerProduct, BatchNorm, Scale, ...) becomes a ``layer { name type blobs }``
+    entry under its Caffe name, blobs in Caffe's shapes and layout, so Caffe
+    (``Net::CopyTrainedLayersFrom``) and ``import_model`` read them back;
+    importing them gives bit-identical weights. The file is written to a
+    temporary file and renamed: no partial file is ever left at ``path``.
+    """
+    layers = [layer for layer in model.layers if isinstance(layer, CaffeBlobs)]
+    if not layers:
+        raise KerasCaffeError(
+            f"model {model.name!r} has no layers holding Caffe blobs; "
+            "export_caffemodel writes models built by keras_caffe.import_model"
+        )
+    net = caffe_pb2.NetParameter(name=model.name)
+    for layer in layers:
+        entry = net.layer.add(name=layer.caffe_name, type=layer.caffe_type)
+        for blob in layer.caffe_blobs():
+            entry.blobs.add().CopyFrom(array_to_blob(blob))
+    write_atomically(path, net.SerializeToString())
+    return path
+
+
+def write_atomically(path, data):
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def param_multipliers(model):
+    """Caffe's per-parameter ``lr_mult`` and ``decay_mult`` for the optimizers.
+
+    Returns ``(lr_mult, decay_mult)``: dicts from Keras variable path to the
+    value the net's prototxt gives (``param { lr_mult decay_mult }``; 1 where
+    it gives none), ready for ``keras_caffe.SGD(lr_mult=..., decay_mult=...)``.
+    """
+    lr_mult, decay_mult = {}, {}
+    for layer in model.layers:
+        if not isinstance(layer, CaffeBlobs):
+            continue
+        specs = layer.param_multipliers or [[1.0, 1.0]] * len(layer.weights)
+        for weight, (lr, decay) in zip(layer.weights, specs):
+            lr_mult[weight.path] = lr
+            decay_mult[weight.path] = decay
+    return lr_mult, decay_mult

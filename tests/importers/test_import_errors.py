@@ -1,0 +1,169 @@
+"""Bad nets and weights: the project's own CaffeImportError, naming the problem."""
+
+import resource
+import shutil
+
+import numpy as np
+import pytest
+
+import keras_caffe
+from keras_caffe.errors import (
+    CaffeImportError,
+    GraphError,
+    LayerError,
+    ProtoParseError,
+    UnknownLayerError,
+    UnsafeLayerError,
+    WeightsError,
+)
+from keras_caffe.importers import registered_types
+
+INPUT = 'layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 8 dim: 8 } } }\n'
+
+
+def conv(name, bottom, top=None, num_output=4, kernel=3):
+    return (f'layer {{ name: "{name}" type: "Convolution" bottom: "{bottom}" top: "{top or name}" '
+            f'convolution_param {{ num_output: {num_output} kernel_size: {kernel} }} }}\n')
+
+
+def test_every_error_is_a_value_error():
+    for cls in (GraphError, LayerError, ProtoParseError, UnknownLayerError, UnsafeLayerError,
+                WeightsError):
+        assert issubclass(cls, CaffeImportError) and issubclass(cls, ValueError)
+
+
+def test_malformed_prototxt_names_file_line_column(tmp_path):
+    path = tmp_path / "net.prototxt"
+    path.write_text(INPUT + 'layer {\n  name: "conv1"\n  type: "Convolution"\n  bottom "data"\n}\n')
+    with pytest.raises(ProtoParseError) as info:
+        keras_caffe.import_model(path)
+    assert (info.value.line, info.value.column) == (5, 10)
+    assert str(info.value).startswith(f"{path}:5:10: ")
+
+
+def test_unknown_types_are_all_listed_at_once():
+    text = INPUT + conv("c", "data") + (
+        'layer { name: "a" type: "Frobnicate" bottom: "c" top: "a" }\n'
+        'layer { name: "b" type: "Quux" bottom: "a" top: "b" }\n'
+        'layer { name: "d" type: "Frobnicate" bottom: "b" top: "d" }\n')
+    with pytest.raises(UnknownLayerError) as info:
+        keras_caffe.import_model(text)
+    assert info.value.types == ["Frobnicate", "Quux"]
+    message = str(info.value)
+    assert message.startswith("<prototxt text>: no converter for layer type(s) Frobnicate, Quux; supported: ")
+    assert ", ".join(registered_types()) in message
+
+
+def test_python_layer_is_refused_without_running_anything():
+    text = INPUT + ('layer { name: "py" type: "Python" bottom: "data" top: "py" '
+                    'python_param { module: "os" layer: "system" param_str: "touch /tmp/pwned" } }\n')
+    with pytest.raises(UnsafeLayerError, match="Python layer\\(s\\) 'py' would run user code"):
+        keras_caffe.import_model(text)
+
+
+def test_bottom_nobody_produces():
+    with pytest.raises(GraphError, match="layer 'c2' \\(Convolution\\) takes bottom 'missing', "
+                                         "which no layer produces"):
+        keras_caffe.import_model(INPUT + conv("c1", "data") + conv("c2", "missing"))
+
+
+def test_cycle_is_named():
+    text = INPUT + conv("a", "data_b", "a_out") + conv("b", "a_out", "data_b")
+    with pytest.raises(GraphError, match="the net has a cycle: (a -> b -> a|b -> a -> b)"):
+        keras_caffe.import_model(text)
+
+
+def test_layer_out_of_order_is_not_a_cycle():
+    text = INPUT + conv("late", "early_out") + conv("early", "data", "early_out")
+    with pytest.raises(GraphError, match="takes bottom 'early_out' before layer 'early' produces it"):
+        keras_caffe.import_model(text)
+
+
+def test_shape_that_cannot_be_computed_names_the_layer():
+    with pytest.raises(LayerError, match="layer 'big'"):
+        keras_caffe.import_model(INPUT + conv("big", "data", kernel=11))
+
+
+def test_net_without_input():
+    with pytest.raises(GraphError, match="no Input layer"):
+        keras_caffe.import_model('name: "empty"')
+
+
+def test_absurd_sizes_are_refused_before_allocating():
+    """2e9 outputs x 27 inputs would be 216 GB of weights: the size check runs
+    before the Keras layer exists, and the process's peak memory stays put."""
+    text = INPUT + conv("huge", "data", num_output=2000000000)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(LayerError, match="layer 'huge': weights of 54,000,000,000 values exceed"):
+        keras_caffe.import_model(text)
+    ip = INPUT + ('layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" '
+                  'inner_product_param { num_output: 2000000000 } }\n')
+    with pytest.raises(LayerError, match="layer 'fc': weights of 384,000,000,000 values"):
+        keras_caffe.import_model(ip)
+    huge_input = 'layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 100000 dim: 100000 } } }'
+    with pytest.raises(LayerError, match="layer 'data': input 'data' per sample of 30,000,000,000"):
+        keras_caffe.import_model(huge_input)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
+    assert grown_kib < 200_000  # well under 1 GB, let alone 216 GB
+
+
+@pytest.fixture
+def lenet(golden):
+    return golden / "forward" / "lenet"
+
+
+def test_blob_shape_mismatch_names_layer_index_and_shapes(lenet, tmp_path):
+    from keras_caffe.importers.export import write_atomically
+    from keras_caffe.importers.weights import array_to_blob
+    from keras_caffe.proto import caffe_pb2
+
+    net = caffe_pb2.NetParameter()
+    layer = net.layer.add(name="conv1", type="Convolution")
+    layer.blobs.add().CopyFrom(array_to_blob(np.zeros((20, 1, 5, 5), np.float32)))
+    layer.blobs.add().CopyFrom(array_to_blob(np.zeros((21,), np.float32)))
+    path = tmp_path / "bad.caffemodel"
+    write_atomically(path, net.SerializeToString())
+    with pytest.raises(WeightsError, match=r"layer 'conv1': blob 1 has shape \(21,\) in the "
+                                           r"weights, the net needs \(20,\)"):
+        keras_caffe.import_model(lenet / "deploy_used.prototxt", weights=path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random", "text", "empty"])
+def test_broken_weights_file(lenet, tmp_path, damage):
+    path = tmp_path / "weights.caffemodel"
+    original = (lenet / "weights.caffemodel").read_bytes()
+    path.write_bytes({
+        "truncated": original[: len(original) // 2],
+        "random": np.random.RandomState(0).bytes(5000),
+        "text": (lenet / "deploy_used.prototxt").read_bytes(),
+        "empty": b"",
+    }[damage])
+    with pytest.raises(WeightsError, match=f"^{path}: "):
+        keras_caffe.import_model(lenet / "deploy_used.prototxt", weights=path)
+
+
+def test_hdf5_weights_load_too(lenet, tmp_path):
+    import h5py
+
+    from keras_caffe.importers import load_weights
+
+    binary = load_weights(lenet / "weights.caffemodel")
+    path = tmp_path / "weights.caffemodel.h5"
+    with h5py.File(path, "w") as f:
+        for layer, blobs in binary.items():
+            for i, blob in enumerate(blobs):
+                f[f"data/{layer}/{i}"] = blob
+    loaded = load_weights(path)
+    assert sorted(loaded) == sorted(binary)
+    for layer in binary:
+        for a, b in zip(loaded[layer], binary[layer]):
+            np.testing.assert_array_equal(a, b)
+    shutil.copy(path, tmp_path / "renamed.caffemodel")  # told apart by content, not name
+    assert sorted(load_weights(tmp_path / "renamed.caffemodel")) == sorted(binary)
+
+
+def test_bad_data_format_and_phase():
+    with pytest.raises(CaffeImportError, match="data_format must be"):
+        keras_caffe.import_model(INPUT, data_format="NHWC")
+    with pytest.raises(CaffeImportError, match="phase must be 'TRAIN' or 'TEST'"):
+        keras_caffe.import_model(INPUT, phase="VAL")
