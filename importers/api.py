@@ -29,18 +29,32 @@ def import_model(net, weights=None, *, phase="TEST", data_format="channels_last"
         a ``keras.Model``; its layers are named after Caffe's ('/' becomes
         '_'; ``layer.caffe_name`` keeps the original on layers with blobs).
     """
+    return import_net(net, weights, phase=phase, data_format=data_format, outputs=outputs,
+                      level=level, stages=stages, name=name).model
+
+
+class ImportedNet:
+    """What an import produced: ``model``, the filtered ``net`` and its ``blobs``."""
+
+    def __init__(self, model, net, blobs, source):
+        self.model, self.net, self.blobs, self.source = model, net, blobs, source
+
+
+def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
+               level=0, stages=(), name=None):
+    """``import_model`` that also returns the filtered net and blob map."""
     if data_format not in ("channels_last", "channels_first"):
         raise CaffeImportError(
             f"data_format must be 'channels_last' or 'channels_first', got {data_format!r}"
         )
     param, source = read_net(net)
     param = filter_net(param, net_state(phase, level, stages))
-    model, _ = build_model(param, source=source, data_format=data_format,
-                           phase=phase.upper() if isinstance(phase, str) else phase,
-                           outputs=outputs, name=name)
+    model, blobs = build_model(param, source=source, data_format=data_format,
+                               phase=phase.upper() if isinstance(phase, str) else phase,
+                               outputs=outputs, name=name)
     if weights is not None:
         load_into(model, load_weights(weights), source=str(weights))
-    return model
+    return ImportedNet(model, param, blobs, source)
 
 
 def caffe_layers(model):

@@ -1,0 +1,125 @@
+"""The ``keras-caffe`` command line.
+
+    keras-caffe import deploy.prototxt --weights net.caffemodel -o net.keras
+    keras-caffe import train_val.prototxt --phase TRAIN --summary
+    keras-caffe import --list-layers
+
+Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def main(argv=None):
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    from keras_caffe.errors import KerasCaffeError
+
+    try:
+        return COMMANDS[args.command](args) or 0
+    except (KerasCaffeError, OSError) as err:
+        if isinstance(err, OSError) and err.filename:
+            message = f"{err.filename}: {err.strerror}"
+        else:
+            message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"keras-caffe: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="keras-caffe", description="Caffe's way, in Keras 3.")
+    sub = parser.add_subparsers(dest="command")
+    imp = sub.add_parser("import", help="Caffe prototxt (+ caffemodel) -> a Keras model",
+                         description="Import a Caffe net; print its layers; optionally save it.")
+    imp.add_argument("net", nargs="?", help="the .prototxt (deploy or train_val)")
+    imp.add_argument("--weights", help=".caffemodel or .caffemodel.h5")
+    imp.add_argument("-o", "--output", help="save the model here (a .keras file)")
+    imp.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
+    imp.add_argument("--data-format", default="channels_last",
+                     choices=["channels_last", "channels_first"])
+    imp.add_argument("--summary", action="store_true", help="only print the layer table")
+    imp.add_argument("--list-layers", action="store_true", help="print the supported layer types")
+    return parser
+
+
+def _cmd_import(args):
+    from rich.console import Console
+
+    console = Console()
+    if args.list_layers:
+        from keras_caffe.importers import registered_types
+
+        for layer_type in registered_types():
+            console.print(layer_type, highlight=False)
+        return 0
+    if not args.net:
+        raise _usage("import needs a net (.prototxt), or --list-layers")
+    if args.output and not args.output.endswith(".keras"):
+        raise _usage(f"-o {args.output}: the output must be a .keras file")
+    from keras_caffe.importers.api import import_net
+
+    imported = import_net(args.net, args.weights, phase=args.phase, data_format=args.data_format)
+    console.print(layer_table(imported))
+    if args.output and not args.summary:
+        save_atomically(imported.model, args.output)
+        console.print(f"saved {args.output}", highlight=False)
+    return 0
+
+
+def layer_table(imported):
+    """A rich table of the Caffe layers: name, type, output shape(s), params."""
+    from rich.table import Table
+
+    from keras_caffe.importers.graph import Context
+
+    counts = {getattr(layer, "caffe_name", layer.name): layer.count_params()
+              for layer in imported.model.layers if hasattr(layer, "caffe_name")}
+    ctx = Context(None, None, imported.source)
+    table = Table(title=f"{imported.net.name or imported.source}")
+    for column, justify in (("layer", "left"), ("type", "left"), ("output shape (N, C, H, W)", "left"),
+                            ("params", "right")):
+        table.add_column(column, justify=justify)
+    total = 0
+    for layer in imported.net.layer:
+        shapes = ", ".join(str(tuple(d if d is not None else "N" for d in
+                                     ctx.caffe_shape(imported.blobs[top]))).replace("'", "")
+                           for top in layer.top if top in imported.blobs)
+        params = counts.get(layer.name, 0)
+        total += params
+        table.add_row(layer.name, layer.type, shapes, f"{params:,}" if params else "")
+    table.add_section()
+    table.add_row("total", "", "", f"{total:,}")
+    return table
+
+
+def save_atomically(model, path):
+    """``model.save`` to a temporary .keras file, then rename: no partial file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".keras", dir=directory)
+    os.close(fd)
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _usage(message):
+    from keras_caffe.errors import KerasCaffeError
+
+    return KerasCaffeError(message)
+
+
+COMMANDS = {"import": _cmd_import}
+
+if __name__ == "__main__":
+    sys.exit(main())

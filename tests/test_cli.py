@@ -1,0 +1,101 @@
+"""The keras-caffe command line."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_caffe import cli
+from keras_caffe.importers import registered_types
+from support import to_keras_layout
+
+
+@pytest.fixture
+def lenet(golden):
+    return golden / "forward" / "lenet"
+
+
+def test_import_prints_the_layer_table_and_saves(lenet, tmp_path, capsys):
+    out = tmp_path / "lenet.keras"
+    rc = cli.main(["import", str(lenet / "deploy_used.prototxt"),
+                   "--weights", str(lenet / "weights.caffemodel"), "-o", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    for row in (("conv1", "Convolution", "(N, 20, 24, 24)", "520"),
+                ("ip1", "InnerProduct", "(N, 500)", "400,500"), ("total", "431,080")):
+        assert any(all(cell in line for cell in row) for line in text.splitlines()), row
+    assert f"saved {out}" in text
+    model = keras.models.load_model(out)
+    x = np.load(lenet / "input.npy")
+    prob = np.load(lenet / "outputs.npz")["prob"]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(to_keras_layout(x, "channels_last"))),
+                               prob, atol=1e-5)
+    assert sorted(os.listdir(tmp_path)) == ["lenet.keras"]
+
+
+def test_summary_only_inspects(lenet, tmp_path, capsys):
+    out = tmp_path / "lenet.keras"
+    assert cli.main(["import", str(lenet / "deploy_used.prototxt"), "--summary", "-o", str(out)]) == 0
+    assert "pool2" in capsys.readouterr().out
+    assert not out.exists()
+
+
+def test_list_layers(capsys):
+    assert cli.main(["import", "--list-layers"]) == 0
+    assert capsys.readouterr().out.split() == registered_types()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["import", "missing.prototxt"], "missing.prototxt: No such file or directory"),
+        (["import"], "import needs a net (.prototxt), or --list-layers"),
+        (["import", "x.prototxt", "-o", "net.h5"], "-o net.h5: the output must be a .keras file"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"keras-caffe: error: {message}"]
+
+
+def test_bad_net_names_the_problem(tmp_path, capsys):
+    net = tmp_path / "net.prototxt"
+    net.write_text('layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 } } }\n'
+                   'layer { name: "x" type: "Frobnicate" bottom: "data" top: "x" }\n')
+    out = tmp_path / "net.keras"
+    assert cli.main(["import", str(net), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"keras-caffe: error: {net}: no converter for layer type(s) Frobnicate; supported: ")
+    assert not out.exists()
+
+
+def test_failed_save_leaves_no_partial_file(lenet, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "lenet.keras"
+
+    def broken_save(model, path, *args, **kwargs):
+        Path(path).write_bytes(b"PK\x03\x04 half a zip")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(keras.Model, "save", broken_save)
+    assert cli.main(["import", str(lenet / "deploy_used.prototxt"), "-o", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "keras-caffe: error: disk full"
+    assert os.listdir(tmp_path) == []
+
+
+def test_console_script_is_installed(lenet):
+    script = Path(sys.executable).with_name("keras-caffe")
+    proc = subprocess.run([str(script), "import", str(lenet / "deploy_used.prototxt"), "--summary"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "InnerProduct" in proc.stdout
+    proc = subprocess.run([str(script), "import", "nowhere.prototxt"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("keras-caffe")]
+    assert ours == ["keras-caffe: error: nowhere.prototxt: No such file or directory"]
