@@ -3,6 +3,7 @@
 import warnings
 
 from keras_caffe.errors import CaffeImportError
+from keras_caffe.importers.fold import fold_batchnorm as fold
 from keras_caffe.importers.graph import build_model
 from keras_caffe.importers.netfile import filter_net, net_state, read_net
 from keras_caffe.importers.weights import load_weights
@@ -10,7 +11,7 @@ from keras_caffe.layers import CaffeBlobs
 
 
 def import_model(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
-                 level=0, stages=(), name=None):
+                 level=0, stages=(), name=None, fold_batchnorm=False):
     """Build a Keras model from a Caffe net definition, with Caffe's numbers.
 
     Args:
@@ -25,12 +26,15 @@ def import_model(net, weights=None, *, phase="TEST", data_format="channels_last"
             ``"channels_first"`` (Caffe's layout).
         outputs: blob names to output; default: Caffe's net outputs (blobs no
             layer consumes).
+        fold_batchnorm: fold each BatchNorm (and the Scale after it) into the
+            Convolution before it, for inference (TEST phase, needs weights).
+            By default they stay separate and trainable, as in Caffe.
     Returns:
         a ``keras.Model``; its layers are named after Caffe's ('/' becomes
         '_'; ``layer.caffe_name`` keeps the original on layers with blobs).
     """
     return import_net(net, weights, phase=phase, data_format=data_format, outputs=outputs,
-                      level=level, stages=stages, name=name).model
+                      level=level, stages=stages, name=name, fold_batchnorm=fold_batchnorm).model
 
 
 class ImportedNet:
@@ -41,7 +45,7 @@ class ImportedNet:
 
 
 def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
-               level=0, stages=(), name=None):
+               level=0, stages=(), name=None, fold_batchnorm=False):
     """``import_model`` that also returns the filtered net and blob map."""
     if data_format not in ("channels_last", "channels_first"):
         raise CaffeImportError(
@@ -49,11 +53,16 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
         )
     param, source = read_net(net)
     param = filter_net(param, net_state(phase, level, stages))
+    blobs_in = load_weights(weights) if weights is not None else None
+    if fold_batchnorm:
+        if str(phase).upper() != "TEST":
+            raise CaffeImportError(f"{source}: fold_batchnorm is for inference (phase TEST)")
+        param, blobs_in = fold(param, blobs_in, source)
     model, blobs = build_model(param, source=source, data_format=data_format,
                                phase=phase.upper() if isinstance(phase, str) else phase,
                                outputs=outputs, name=name)
-    if weights is not None:
-        load_into(model, load_weights(weights), source=str(weights))
+    if blobs_in is not None:
+        load_into(model, blobs_in, source=str(weights))
     return ImportedNet(model, param, blobs, source)
 
 

@@ -104,3 +104,28 @@ def test_param_multipliers_follow_the_prototxt(golden):
     optimizer.build(model.trainable_variables)
     index = [v.path for v in model.trainable_variables].index("conv1_7x7_s2/bias")
     assert optimizer._lr_mults[index] == 2.0 and optimizer._decay_mults[index] == 0.0
+
+
+@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
+def test_fold_batchnorm(golden, data_format):
+    """MobileNet's Conv+BatchNorm+Scale folded: same outputs, no BN/Scale layers."""
+    folder = golden / "forward" / "mobilenet_v1"
+    folded = keras_caffe.import_model(folder / "deploy_used.prototxt",
+                                      weights=folder / "weights.caffemodel",
+                                      data_format=data_format, fold_batchnorm=True)
+    kinds = {type(layer).__name__ for layer in folded.layers}
+    assert "BatchNorm" not in kinds and "Scale" not in kinds
+    got = run(folded, np.load(folder / "input.npy"), data_format)["prob"]
+    reference = np.load(folder / "outputs.npz")["prob"]
+    assert np.abs(got - reference).max() <= 1e-4 * np.abs(reference).max()
+
+
+def test_fold_batchnorm_needs_weights_and_test_phase(golden):
+    from keras_caffe.errors import CaffeImportError
+
+    net = golden / "forward" / "mobilenet_v1" / "deploy_used.prototxt"
+    with pytest.raises(CaffeImportError, match="fold_batchnorm needs the weights"):
+        keras_caffe.import_model(net, fold_batchnorm=True)
+    with pytest.raises(CaffeImportError, match="fold_batchnorm is for inference"):
+        keras_caffe.import_model(net, weights=net.with_name("weights.caffemodel"), phase="TRAIN",
+                                 fold_batchnorm=True)
