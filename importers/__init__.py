@@ -17,10 +17,11 @@ from keras_caffe.importers.registry import (
     unregister_converter,
 )
 from keras_caffe.importers.solver import read_solver
+from keras_caffe.importers.training import training_args
 from keras_caffe.importers.weights import load_weights
 
 __all__ = [
     "import_model", "export_caffemodel", "param_multipliers", "caffe_layers", "load_into", "load_weights", "read_net", "filter_net",
     "net_state", "parse_text", "read_binary", "read_text", "read_solver", "converter",
-    "registered_types", "unregister_converter",
+    "registered_types", "unregister_converter", "training_args",
 ]

@@ -46,6 +46,7 @@ class Context:
         self.phase = phase
         self.source = source
         self._names = {}
+        self.training = TrainingSpec()
 
     # -- naming --------------------------------------------------------------
 
@@ -126,6 +127,32 @@ class Context:
                                          f"{MAX_ELEMENTS:,}; refusing to allocate")
 
 
+class TrainingSpec:
+    """Losses and metrics of a TRAIN-phase net, by prediction blob."""
+
+    def __init__(self):
+        self.losses, self.metrics, self.labels = {}, {}, {}
+
+    def _label(self, layer, prediction, label):
+        known = self.labels.setdefault(prediction, label)
+        if known != label:
+            raise LayerError(layer.name, f"blob {prediction!r} is compared with labels "
+                                         f"{known!r} and {label!r}; one label blob per prediction")
+
+    def add_loss(self, layer, prediction, label, loss, weight):
+        self._label(layer, prediction, label)
+        if prediction in self.losses:
+            raise LayerError(layer.name, f"blob {prediction!r} already feeds a loss")
+        self.losses[prediction] = (loss, float(weight))
+
+    def add_metric(self, layer, prediction, label, metric):
+        self._label(layer, prediction, label)
+        self.metrics.setdefault(prediction, []).append(metric)
+
+    def __bool__(self):
+        return bool(self.labels)
+
+
 def build_model(net, *, source, data_format="channels_last", phase="TEST", outputs=None,
                 name=None):
     """The Keras functional model for a filtered, upgraded NetParameter.
@@ -138,23 +165,39 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     """
     _check_types(net, source)
     ctx = Context(data_format, phase, source)
-    blobs, inputs, available = {}, [], {}
+    blobs, inputs, available, used = {}, {}, {}, set()
     for index, layer in enumerate(net.layer):
         for bottom in layer.bottom:
             if bottom not in blobs:
                 raise _missing_bottom(net, index, bottom, source)
+            if blobs[bottom].tensor is None:
+                raise LayerError(layer.name, f"reads {bottom!r}, a loss or metric output; "
+                                             "only the training loop reads those")
         bottoms = [blobs[b] for b in layer.bottom]
         tops = _convert(layer, bottoms, ctx)
+        label_bottoms = getattr(get_converter(layer.type), "label_bottoms", ())
+        used.update(b for i, b in enumerate(layer.bottom) if i not in label_bottoms)
         if layer.type == "Input":
-            inputs.extend(t.tensor for t in tops)
+            inputs.update((top, t.tensor) for top, t in zip(layer.top, tops))
         for bottom in layer.bottom:
             available.pop(bottom, None)
         for top, blob in zip(layer.top, tops):
             blobs[top] = blob
-            available[top] = True
+            if blob.tensor is not None:
+                available[top] = True
+    # Blobs read only as labels are training targets, not model inputs.
+    labels = [b for b in inputs if b not in used and b in ctx.training.labels.values()]
+    inputs = [t for b, t in inputs.items() if b not in labels]
     if not inputs:
         raise GraphError(f"{source}: the net has no Input layer (or input fields) to feed it")
-    wanted = list(outputs) if outputs else [b for b in available if blobs[b].tensor not in inputs]
+    if outputs:
+        wanted = list(outputs)
+    else:
+        wanted = list(ctx.training.labels) + [
+            b for b in available if blobs[b].tensor not in inputs and b not in ctx.training.labels
+            and b not in labels]
+    if not wanted:
+        raise GraphError(f"{source}: the net computes nothing (every blob is an input)")
     for blob in wanted:
         if blob not in blobs:
             raise GraphError(f"{source}: no blob named {blob!r} to output")
@@ -163,6 +206,7 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     model_inputs = inputs[0] if len(inputs) == 1 else inputs
     model = keras.Model(model_inputs, model_outputs, name=(name or net.name or "caffe_net").replace("/", "_"))
     model.caffe_outputs = wanted
+    model.caffe_training = ctx.training
     _attach_param_specs(net, model)
     return model, blobs
 
@@ -219,6 +263,8 @@ def _convert(layer, bottoms, ctx):
         raise LayerError(layer.name, f"({layer.type}) produces {len(tops)} blob(s) but names "
                                      f"{len(layer.top)} top(s)")
     for blob, top in zip(tops, layer.top):
+        if blob.tensor is None:
+            continue  # a loss or metric: nothing in the graph
         dims = [d for d in blob.tensor.shape[1:] if d is not None]
         if any(d <= 0 for d in dims):
             raise LayerError(layer.name, f"({layer.type}) top {top!r} would have shape "

@@ -8,7 +8,7 @@
 
 __version__ = "0.1.0"
 
-from keras_caffe import layers, schedules
+from keras_caffe import layers, losses, schedules
 from keras_caffe.errors import (
     ArgumentError,
     KerasCaffeError,

@@ -5,6 +5,7 @@ from keras_caffe.importers.converters import (  # noqa: F401
     inner_product,
     io,
     learned,
+    losses,
     normalization,
     reductions,
     shape,
