@@ -44,13 +44,11 @@ def upgrade_net(net, source):
             raise CaffeImportError(
                 f"{source}: the net mixes V1 `layers` and current `layer` entries"
             )
+        v1_layers = net.layers
         if any(v1.HasField("layer") for v1 in net.layers):
-            raise CaffeImportError(
-                f"{source}: V0 layer definitions (`layers {{ layer {{ ... }} }}`) are not "
-                "supported; upgrade the file once with Caffe's upgrade_net_proto_text"
-            )
+            v1_layers = _upgrade_v0_layers(net, source)
         upgraded.ClearField("layers")
-        for v1 in net.layers:
+        for v1 in v1_layers:
             upgraded.layer.add().CopyFrom(_upgrade_v1_layer(v1, source))
     if net.input:
         _upgrade_input(upgraded, source)
@@ -124,3 +122,130 @@ def _upgrade_input(net, source):
     net.layer.extend(existing)
     for name in ("input", "input_shape", "input_dim"):
         net.ClearField(name)
+
+
+# -- V0 (``layers { layer { type: "conv" ... } }``) --------------------------------
+
+#: V0 type string -> V1 type enum name (Caffe's UpgradeV0LayerType).
+V0_TYPES = {
+    "accuracy": "ACCURACY", "bnll": "BNLL", "concat": "CONCAT", "conv": "CONVOLUTION",
+    "data": "DATA", "dropout": "DROPOUT", "euclidean_loss": "EUCLIDEAN_LOSS",
+    "flatten": "FLATTEN", "hdf5_data": "HDF5_DATA", "hdf5_output": "HDF5_OUTPUT",
+    "im2col": "IM2COL", "images": "IMAGE_DATA", "infogain_loss": "INFOGAIN_LOSS",
+    "innerproduct": "INNER_PRODUCT", "lrn": "LRN",
+    "multinomial_logistic_loss": "MULTINOMIAL_LOGISTIC_LOSS", "pool": "POOLING",
+    "relu": "RELU", "sigmoid": "SIGMOID", "softmax": "SOFTMAX", "softmax_loss": "SOFTMAX_LOSS",
+    "split": "SPLIT", "tanh": "TANH", "window_data": "WINDOW_DATA",
+}
+#: V0 field -> {V0 type (or "*"): (V1 parameter message, its field)}.
+V0_FIELDS = {
+    "num_output": {"conv": ("convolution_param", "num_output"),
+                   "innerproduct": ("inner_product_param", "num_output")},
+    "biasterm": {"conv": ("convolution_param", "bias_term"),
+                 "innerproduct": ("inner_product_param", "bias_term")},
+    "weight_filler": {"conv": ("convolution_param", "weight_filler"),
+                      "innerproduct": ("inner_product_param", "weight_filler")},
+    "bias_filler": {"conv": ("convolution_param", "bias_filler"),
+                    "innerproduct": ("inner_product_param", "bias_filler")},
+    "pad": {"conv": ("convolution_param", "pad"), "pool": ("pooling_param", "pad")},
+    "kernelsize": {"conv": ("convolution_param", "kernel_size"),
+                   "pool": ("pooling_param", "kernel_size")},
+    "group": {"conv": ("convolution_param", "group")},
+    "stride": {"conv": ("convolution_param", "stride"), "pool": ("pooling_param", "stride")},
+    "pool": {"pool": ("pooling_param", "pool")},
+    "dropout_ratio": {"dropout": ("dropout_param", "dropout_ratio")},
+    "local_size": {"lrn": ("lrn_param", "local_size")},
+    "alpha": {"lrn": ("lrn_param", "alpha")},
+    "beta": {"lrn": ("lrn_param", "beta")},
+    "k": {"lrn": ("lrn_param", "k")},
+    "source": {"data": ("data_param", "source"), "hdf5_data": ("hdf5_data_param", "source"),
+               "images": ("image_data_param", "source"),
+               "window_data": ("window_data_param", "source"),
+               "infogain_loss": ("infogain_loss_param", "source")},
+    "batchsize": {"data": ("data_param", "batch_size"),
+                  "hdf5_data": ("hdf5_data_param", "batch_size"),
+                  "images": ("image_data_param", "batch_size"),
+                  "window_data": ("window_data_param", "batch_size")},
+    "rand_skip": {"data": ("data_param", "rand_skip"), "images": ("image_data_param", "rand_skip")},
+    "shuffle_images": {"images": ("image_data_param", "shuffle")},
+    "new_height": {"images": ("image_data_param", "new_height")},
+    "new_width": {"images": ("image_data_param", "new_width")},
+    "concat_dim": {"concat": ("concat_param", "concat_dim")},
+    "det_fg_threshold": {"window_data": ("window_data_param", "fg_threshold")},
+    "det_bg_threshold": {"window_data": ("window_data_param", "bg_threshold")},
+    "det_fg_fraction": {"window_data": ("window_data_param", "fg_fraction")},
+    "det_context_pad": {"window_data": ("window_data_param", "context_pad")},
+    "det_crop_mode": {"window_data": ("window_data_param", "crop_mode")},
+    "hdf5_output_param": {"hdf5_output": ("hdf5_output_param", None)},
+    "scale": {"*": ("transform_param", "scale")},
+    "meanfile": {"*": ("transform_param", "mean_file")},
+    "cropsize": {"*": ("transform_param", "crop_size")},
+    "mirror": {"*": ("transform_param", "mirror")},
+}
+_V0_COPIED = {"name", "type", "blobs", "blobs_lr", "weight_decay"}
+
+
+def _upgrade_v0_layers(net, source):
+    """V0 layers -> V1 layers (Caffe's UpgradeV0Net, padding layers folded)."""
+    layers = []
+    producer = {name: None for name in net.input}
+    for v0 in net.layers:
+        if not v0.HasField("layer"):
+            raise CaffeImportError(f"{source}: the net mixes V0 and V1 layer definitions")
+        bottoms = list(v0.bottom)
+        pad = None
+        for j, bottom in enumerate(bottoms):
+            if bottom not in producer:
+                raise CaffeImportError(f"{source}: V0 layer {v0.layer.name!r} reads unknown blob {bottom!r}")
+            source_layer = producer[bottom]
+            if source_layer is not None and source_layer.layer.type == "padding":
+                if v0.layer.type not in ("conv", "pool") or len(bottoms) != 1:
+                    raise CaffeImportError(f"{source}: padding layer feeds {v0.layer.type} layer "
+                                           f"{v0.layer.name!r}; only conv and pool take padding")
+                pad = source_layer.layer.pad
+                bottoms[j] = source_layer.bottom[0]
+        if v0.layer.type != "padding":
+            layers.append(_upgrade_v0_layer(v0, bottoms, pad, source))
+        for top in v0.top:
+            producer[top] = v0
+    return layers
+
+
+def _upgrade_v0_layer(connection, bottoms, pad, source):
+    v0 = connection.layer
+    v1 = caffe_pb2.V1LayerParameter()
+    v1.bottom.extend(bottoms)
+    v1.top.extend(connection.top)
+    v1.name = v0.name
+    if v0.type not in V0_TYPES:
+        raise CaffeImportError(f"{source}: V0 layer {v0.name!r} has unknown type {v0.type!r}")
+    v1.type = _V1.LayerType.Value(V0_TYPES[v0.type])
+    v1.blobs.extend(v0.blobs)
+    v1.blobs_lr.extend(v0.blobs_lr)
+    v1.weight_decay.extend(v0.weight_decay)
+    for field, value in v0.ListFields():
+        if field.name in _V0_COPIED:
+            continue
+        targets = V0_FIELDS.get(field.name, {})
+        target = targets.get(v0.type) or targets.get("*")
+        if target is None:
+            raise CaffeImportError(f"{source}: V0 layer {v0.name!r}: parameter {field.name!r} "
+                                   f"does not apply to type {v0.type!r}")
+        _assign(getattr(v1, target[0]), target[1], value)
+    if pad is not None:
+        message = v1.convolution_param if v0.type == "conv" else v1.pooling_param
+        _assign(message, "pad", pad)
+    return v1
+
+
+def _assign(message, field, value):
+    if field is None:
+        message.CopyFrom(value)
+        return
+    current = getattr(message, field)
+    if hasattr(current, "append"):  # repeated scalar
+        current.append(value)
+    elif hasattr(current, "CopyFrom"):  # message
+        current.CopyFrom(value)
+    else:
+        setattr(message, field, value)
