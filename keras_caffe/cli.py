@@ -3,6 +3,7 @@
     keras-caffe import deploy.prototxt --weights net.caffemodel -o net.keras
     keras-caffe import train_val.prototxt --phase TRAIN --summary
     keras-caffe import --list-layers
+    keras-caffe analyze deploy.prototxt --batch 1024 --workers 32 --bandwidth 10Gbit/s
 
 Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
 """
@@ -47,6 +48,18 @@ def _parser():
                      choices=["channels_last", "channels_first"])
     imp.add_argument("--summary", action="store_true", help="only print the layer table")
     imp.add_argument("--list-layers", action="store_true", help="print the supported layer types")
+    ana = sub.add_parser(
+        "analyze", help="weights |W|, activations |D|, FLOPs, data-parallel communication time",
+        description="Per layer and in total: weight and activation bytes (float32, FireCaffe's "
+                    "|W| and |D|), forward+backward FLOPs per batch, and the communication time "
+                    "per step of a parameter server, a reduction tree and a ring all-reduce.")
+    ana.add_argument("net", help="the .prototxt")
+    ana.add_argument("--batch", type=int, default=1, help="batch per step (all workers)")
+    ana.add_argument("--workers", type=int, default=1)
+    ana.add_argument("--bandwidth", default="10Gbit/s",
+                     help="per-link bandwidth: bytes/s or with a unit (10Gbit/s, 1.25GB/s)")
+    ana.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
+    ana.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return parser
 
 
@@ -113,13 +126,29 @@ def save_atomically(model, path):
             os.unlink(tmp)
 
 
+def _cmd_analyze(args):
+    import json
+
+    from rich.console import Console
+
+    from keras_caffe.importers.analyze import analyze
+
+    report = analyze(args.net, batch=args.batch, workers=args.workers, bandwidth=args.bandwidth,
+                     phase=args.phase)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        Console().print(report)
+    return 0
+
+
 def _usage(message):
     from keras_caffe.errors import KerasCaffeError
 
     return KerasCaffeError(message)
 
 
-COMMANDS = {"import": _cmd_import}
+COMMANDS = {"import": _cmd_import, "analyze": _cmd_analyze}
 
 if __name__ == "__main__":
     sys.exit(main())

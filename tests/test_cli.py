@@ -99,3 +99,21 @@ def test_console_script_is_installed(lenet):
     assert proc.returncode == 2
     ours = [line for line in proc.stderr.splitlines() if line.startswith("keras-caffe")]
     assert ours == ["keras-caffe: error: nowhere.prototxt: No such file or directory"]
+
+
+def test_analyze_json(lenet, capsys):
+    import json
+
+    assert cli.main(["analyze", str(lenet / "deploy_used.prototxt"), "--batch", "64",
+                     "--workers", "16", "--bandwidth", "10Gbit/s", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    text = json.dumps(report)
+    assert "431080" in text and "1724320" in text  # LeNet's weights and |W| bytes
+
+
+def test_analyze_table_and_bad_bandwidth(lenet, capsys):
+    assert cli.main(["analyze", str(lenet / "deploy_used.prototxt")]) == 0
+    assert "ring all-reduce" in capsys.readouterr().out
+    assert cli.main(["analyze", str(lenet / "deploy_used.prototxt"), "--bandwidth", "fast"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("keras-caffe: error: ") and "bandwidth" in err[0]
