@@ -54,7 +54,7 @@ class Context:
         """A Keras layer name for a Caffe layer ('/' is not allowed in Keras)."""
         base = caffe_name.replace("/", "_") + suffix
         name, n = base, 1
-        while name in self._names and self._names[name] != (caffe_name, suffix):
+        while name in self._names:  # a new, unique name on every call
             n += 1
             name = f"{base}_{n}"
         self._names[name] = (caffe_name, suffix)
@@ -274,8 +274,13 @@ def _convert(layer, bottoms, ctx):
 
 
 def _output(blob, name, ctx):
+    """Model outputs: rank >= 3 in the model's data format, 2-D in Caffe's order."""
     if blob.layout == "flat":
         return ctx.caffe_order(blob, _Named(name)).tensor
+    rank = len(blob.tensor.shape)
+    if blob.layout == "caffe" and rank >= 3 and ctx.data_format == "channels_last":
+        perm = (*range(2, rank), 1)
+        return keras.layers.Permute(perm, name=ctx.keras_name(name, "_output_nhwc"))(blob.tensor)
     return blob.tensor
 
 

@@ -1,5 +1,7 @@
 """InnerProduct."""
 
+import numpy as np
+
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
@@ -21,7 +23,10 @@ def inner_product(layer, bottoms, ctx):
     caffe_axis = p.axis + len(shape) if p.axis < 0 else p.axis
     chw = None
     if bottom.layout == "nhwc" and caffe_axis == 1:
-        chw = tuple(shape[1:])
+        # (C, H, W) with H folding every spatial axis but the last: the
+        # channels-last flattening order is then H, W, C for any rank.
+        spatial = shape[2:]
+        chw = (shape[1], int(np.prod(spatial[:-1], dtype=np.int64)), spatial[-1])
     elif bottom.layout == "flat" and caffe_axis == 1:
         chw = bottom.chw
     elif bottom.layout != "caffe":

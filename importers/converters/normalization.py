@@ -39,6 +39,9 @@ def scale(layer, bottoms, ctx):
             raise LayerError(layer.name, "two-bottom Scale needs axis: 0 (the scale blob "
                                          f"{factor_shape} starts with the batch axis)")
         num_axes = len(factor_shape)
+        if p.bias_term:
+            raise LayerError(layer.name, "two-bottom Scale with bias_term would learn a bias "
+                                         "per sample of the batch; not supported")
         if tuple(factor_shape[1:]) != tuple(shape[1:num_axes]):
             raise LayerError(layer.name, f"scale blob shape {factor_shape} does not match the "
                                          f"input's leading axes {shape[:num_axes]}")

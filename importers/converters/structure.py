@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_caffe.errors import LayerError
 from keras_caffe.importers.registry import converter
 
 
@@ -15,6 +16,8 @@ def split(layer, bottoms, ctx):
 def concat(layer, bottoms, ctx):
     """Concat along ``axis`` (or the legacy ``concat_dim``)."""
     p = layer.concat_param
+    if p.HasField("concat_dim") and p.HasField("axis"):
+        raise LayerError(layer.name, "give either axis or concat_dim, not both")
     caffe_axis = p.concat_dim if p.HasField("concat_dim") else p.axis
     layouts = {b.layout for b in bottoms}
     if layouts - {"nhwc", "caffe"} or len(layouts) > 1:

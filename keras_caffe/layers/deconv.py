@@ -1,1 +1,177 @@
-"""keras-caffe layers: deconv."""
+"""Learned layers Keras lacks in Caffe's form: Deconvolution (grouped) and Embed."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_caffe.layers.base import (CaffeBlobs, check_data_format, from_nhwc, pair, register,
+                                     to_nhwc)
+
+
+@register
+class Deconvolution(CaffeBlobs, keras.layers.Layer):
+    """Caffe's Deconvolution: the transposed (backward) convolution, with groups.
+
+    Each input pixel scatters ``x[i] * W[i, j]`` into output channel ``j`` of
+    its group at ``y * stride + k * dilation - pad`` (no kernel flip); the
+    output size is ``stride * (in - 1) + dilation * (kernel - 1) + 1 - 2 * pad``.
+    Computes in NHWC as a full ("valid") transposed convolution, then crops
+    ``pad`` from each side.
+
+    ``group > 1`` (FCN's bilinear upsampling uses ``group == channels``) runs
+    as one transposed convolution with a block-diagonal kernel built from the
+    weights at each call (so training only ever updates in-group entries),
+    or, when that kernel would be too large, one transposed convolution per
+    group.
+
+    Caffe's blobs: weights (in_channels, num_output / group, kh, kw),
+    bias (num_output,). The Keras kernel is (kh, kw, num_output / group,
+    in_channels).
+    """
+
+    caffe_type = "Deconvolution"
+
+    #: Largest block-diagonal kernel (values) built for grouped layers;
+    #: larger ones run one transposed convolution per group.
+    dense_group_limit = 1 << 22
+
+    def __init__(self, num_output, kernel_size, stride=1, pad=0, dilation=1, group=1,
+                 bias_term=True, data_format="channels_last", **kwargs):
+        super().__init__(**kwargs)
+        self.num_output = int(num_output)
+        self.kernel_size = pair(kernel_size)
+        self.stride = pair(stride)
+        self.pad = pair(pad)
+        self.dilation = pair(dilation)
+        self.group = int(group)
+        self.bias_term = bool(bias_term)
+        self.data_format = check_data_format(data_format)
+        if self.num_output % self.group:
+            raise ValueError(f"group {self.group} must divide num_output {self.num_output}")
+
+    def build(self, input_shape):
+        channels = input_shape[1] if self.data_format == "channels_first" else input_shape[-1]
+        self.in_channels = int(channels)
+        if self.in_channels % self.group:
+            raise ValueError(f"group {self.group} must divide the {self.in_channels} "
+                             "input channels")
+        kh, kw = self.kernel_size
+        self.kernel = self.add_weight(
+            name="kernel", shape=(kh, kw, self.num_output // self.group, self.in_channels),
+            initializer="glorot_uniform")
+        self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
+                     if self.bias_term else None)
+
+    def _transposed_conv(self, x, kernel):
+        """Full transposed convolution: (in - 1) * stride + dilated kernel extent."""
+        return ops.conv_transpose(x, kernel, strides=self.stride, padding="valid",
+                                  output_padding=0, dilation_rate=self.dilation)
+
+    def _block_diagonal(self):
+        """(kh, kw, num_output, in_channels), zero outside each group's block."""
+        out_g, in_g = self.num_output // self.group, self.in_channels // self.group
+        tiled = ops.tile(self.kernel, (1, 1, self.group, 1))
+        mask = (np.arange(self.num_output)[:, None] // out_g
+                == np.arange(self.in_channels)[None, :] // in_g).astype(self.kernel.dtype)
+        return tiled * ops.convert_to_tensor(mask, dtype=self.kernel.dtype)
+
+    def _uses_dense_kernel(self):
+        kh, kw = self.kernel_size
+        return kh * kw * self.num_output * self.in_channels <= self.dense_group_limit
+
+    def call(self, x):
+        x = to_nhwc(x, self.data_format)
+        if self.group == 1:
+            y = self._transposed_conv(x, self.kernel)
+        elif self._uses_dense_kernel():
+            y = self._transposed_conv(x, self._block_diagonal())
+        else:
+            in_g = self.in_channels // self.group
+            y = ops.concatenate(
+                [self._transposed_conv(x[..., g * in_g:(g + 1) * in_g],
+                                       self.kernel[:, :, :, g * in_g:(g + 1) * in_g])
+                 for g in range(self.group)], axis=-1)
+        ph, pw = self.pad
+        if ph or pw:
+            y = y[:, ph:(-ph or None), pw:(-pw or None), :]
+        if self.bias is not None:
+            y = y + self.bias
+        return from_nhwc(y, self.data_format)
+
+    def compute_output_shape(self, input_shape):
+        shape = list(input_shape)
+        spatial = (2, 3) if self.data_format == "channels_first" else (1, 2)
+        params = zip(spatial, self.kernel_size, self.stride, self.pad, self.dilation)
+        for axis, k, s, p, d in params:
+            if shape[axis] is not None:
+                shape[axis] = s * (shape[axis] - 1) + d * (k - 1) + 1 - 2 * p
+        shape[1 if self.data_format == "channels_first" else -1] = self.num_output
+        return tuple(shape)
+
+    def caffe_blob_shapes(self):
+        kh, kw = self.kernel_size
+        shapes = [(self.in_channels, self.num_output // self.group, kh, kw)]
+        return shapes + ([(self.num_output,)] if self.bias_term else [])
+
+    def keras_weights_from_caffe(self, blobs):
+        return [blobs[0].transpose(2, 3, 1, 0)] + blobs[1:]
+
+    def caffe_from_keras_weights(self, weights):
+        return [np.ascontiguousarray(weights[0].transpose(3, 2, 0, 1))] + list(weights[1:])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_output=self.num_output, kernel_size=self.kernel_size, stride=self.stride,
+                      pad=self.pad, dilation=self.dilation, group=self.group,
+                      bias_term=self.bias_term, data_format=self.data_format)
+        return config
+
+
+@register
+class Embed(CaffeBlobs, keras.layers.Layer):
+    """Caffe's Embed: a table lookup, ``y[..., :] = W[int(x[...]), :] (+ b)``.
+
+    The input holds integer-valued floats (converted by truncation, as
+    Caffe's ``static_cast<int>``); the output has the input's shape plus a
+    last axis of ``num_output``. Caffe's blobs: W (input_dim, num_output)
+    (the transpose of InnerProduct's) and bias (num_output,); the Keras
+    weights are the same arrays.
+    """
+
+    caffe_type = "Embed"
+
+    def __init__(self, num_output, input_dim, bias_term=True, **kwargs):
+        super().__init__(**kwargs)
+        self.num_output = int(num_output)
+        self.input_dim = int(input_dim)
+        self.bias_term = bool(bias_term)
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(name="kernel", shape=(self.input_dim, self.num_output),
+                                      initializer="glorot_uniform")
+        self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
+                     if self.bias_term else None)
+
+    def call(self, x):
+        index = ops.cast(x, "int32")
+        y = ops.take(self.kernel, index, axis=0)
+        return y + self.bias if self.bias is not None else y
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape, self.num_output)
+
+    def caffe_blob_shapes(self):
+        bias = [(self.num_output,)] if self.bias_term else []
+        return [(self.input_dim, self.num_output)] + bias
+
+    def keras_weights_from_caffe(self, blobs):
+        return blobs
+
+    def caffe_from_keras_weights(self, weights):
+        return list(weights)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_output=self.num_output, input_dim=self.input_dim,
+                      bias_term=self.bias_term)
+        return config

@@ -114,11 +114,14 @@ class Scale(CaffeBlobs, keras.layers.Layer):
         two_bottom = isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple))
         x_shape = input_shape[0] if two_bottom else input_shape
         self.ndim = len(x_shape)
+        self.gamma = self.beta = None
+        if two_bottom:
+            return  # gamma is the second input; no learned weights
         start = self.axis % self.ndim
         shape = tuple(int(d) for d in x_shape[start:start + self.num_axes])
-        self.gamma = None if two_bottom else self.add_weight(name="gamma", shape=shape, initializer="ones")
-        self.beta = (self.add_weight(name="beta", shape=shape, initializer="zeros")
-                     if self.bias_term else None)
+        self.gamma = self.add_weight(name="gamma", shape=shape, initializer="ones")
+        if self.bias_term:
+            self.beta = self.add_weight(name="beta", shape=shape, initializer="zeros")
 
     def _broadcast(self, v):
         start = self.axis % self.ndim

@@ -11,7 +11,7 @@ from keras_caffe.importers.registry import DuplicateConverterError
 HERE = Path(__file__).parent
 
 
-def tested_types():
+def _tested_types():
     """Layer types named by @pytest.mark.converter(...) in tests/importers/."""
     types = set()
     for path in HERE.glob("test_*.py"):
@@ -25,7 +25,7 @@ def tested_types():
 
 @pytest.mark.parametrize("layer_type", registered_types())
 def test_every_converter_has_a_test(layer_type):
-    assert layer_type in tested_types(), f"no test marked @pytest.mark.converter({layer_type!r})"
+    assert layer_type in _tested_types(), f"no test marked @pytest.mark.converter({layer_type!r})"
 
 
 def test_duplicate_registration_is_an_error():
