@@ -9,7 +9,8 @@ from keras_caffe.proto import caffe_pb2
 
 @converter("Convolution")
 def convolution(layer, bottoms, ctx):
-    """Convolution with group, dilation, pad/kernel/stride (or _h/_w), bias_term."""
+    """Convolution with group, dilation, pad/kernel/stride (or _h/_w), bias_term;
+    several bottoms (one top each) share the weights."""
     p = layer.convolution_param
     if p.axis != 1:
         raise LayerError(layer.name, f"convolution over axis {p.axis} is not supported (only 1)")
@@ -17,7 +18,9 @@ def convolution(layer, bottoms, ctx):
     stride = spatial(layer, p, "stride", default=1)
     pad = spatial(layer, p, "pad", default=0)
     dilation = spatial(layer, p, "dilation", default=1)
-    x = ctx.as_image(bottoms[0], layer)
+    shapes = {ctx.caffe_shape(b)[1:] for b in bottoms}
+    if len(shapes) > 1:
+        raise LayerError(layer.name, f"all bottoms must have one shape, got {sorted(shapes)}")
     channels = ctx.caffe_shape(bottoms[0])[1]
     if p.num_output <= 0:
         raise LayerError(layer.name, "num_output must be positive")
@@ -32,7 +35,8 @@ def convolution(layer, bottoms, ctx):
         bias_term=p.bias_term, data_format=ctx.data_format, name=ctx.keras_name(layer.name),
         caffe_name=layer.name,
     )
-    return [ctx.image_output(conv(x))]
+    # Several bottoms share the weights, one top each (as in Caffe).
+    return [ctx.image_output(conv(ctx.as_image(b, layer))) for b in bottoms]
 
 
 @converter("Pooling")

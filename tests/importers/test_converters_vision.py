@@ -169,3 +169,16 @@ def test_lrn(region, data_format):
             f'local_size: 3 alpha: 0.5 beta: 0.75 k: 2 norm_region: {region} }} }}')
     y = run_layers(text, {"data": x}, data_format=data_format)["norm"]
     np.testing.assert_allclose(y, lrn_reference(x, 3, 0.5, 0.75, 2.0, region), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.converter("Convolution")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+def test_convolution_bottoms_share_weights(data_format):
+    a, b = RNG.randn(2, 3, 6, 6).astype("float32"), RNG.randn(2, 3, 6, 6).astype("float32")
+    w, bias = RNG.randn(4, 3, 3, 3).astype("float32"), RNG.randn(4).astype("float32")
+    text = ('layer { name: "conv" type: "Convolution" bottom: "a" bottom: "b" top: "ca" top: "cb" '
+            'convolution_param { num_output: 4 kernel_size: 3 } }')
+    out = run_layers(text, {"a": a, "b": b}, {"conv": [w, bias]}, data_format)
+    for x, top in ((a, "ca"), (b, "cb")):
+        np.testing.assert_allclose(out[top], conv_reference(x, w, bias, (1, 1), (0, 0), (1, 1), 1),
+                                   rtol=1e-4, atol=1e-4)
