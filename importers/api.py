@@ -77,7 +77,7 @@ def load_into(model, weights, source="<weights>"):
     Layers in the weights that the net lacks are ignored (as Caffe ignores
     them); layers the weights lack keep their initial values, with a warning.
     """
-    layers = caffe_layers(model)
+    layers = {name: layer for name, layer in caffe_layers(model).items() if layer.weights}
     for caffe_name, blobs in weights.items():
         if caffe_name in layers:
             layers[caffe_name].set_caffe_blobs(blobs)

@@ -10,7 +10,7 @@ channels-last image predictions, 1 for (N, C) ones).
 import keras
 from keras import ops
 
-register = keras.saving.register_keras_serializable(package="keras_caffe")
+from keras_caffe._serializable import register  # noqa: E402
 
 NORMALIZATIONS = ("FULL", "VALID", "BATCH_SIZE", "NONE")
 

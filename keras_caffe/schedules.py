@@ -26,8 +26,8 @@ from keras import ops
 
 from keras_caffe._checks import check_int, check_number
 from keras_caffe.errors import ArgumentError, SolverError
+from keras_caffe._serializable import register
 
-_register = keras.saving.register_keras_serializable(package="keras_caffe")
 
 
 class CaffeSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -65,7 +65,7 @@ class CaffeSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return f"{type(self).__name__}({args})"
 
 
-@_register
+@register
 class Fixed(CaffeSchedule):
     """``lr = base_lr``."""
 
@@ -75,7 +75,7 @@ class Fixed(CaffeSchedule):
         return ops.full_like(iteration, self.base_lr)
 
 
-@_register
+@register
 class Step(CaffeSchedule):
     """``lr = base_lr * gamma ^ floor(iter / stepsize)``."""
 
@@ -91,7 +91,7 @@ class Step(CaffeSchedule):
         return self.base_lr * ops.power(self.gamma, ops.floor(iteration / self.stepsize))
 
 
-@_register
+@register
 class Exp(CaffeSchedule):
     """``lr = base_lr * gamma ^ iter``."""
 
@@ -106,7 +106,7 @@ class Exp(CaffeSchedule):
         return self.base_lr * ops.power(self.gamma, iteration)
 
 
-@_register
+@register
 class Inv(CaffeSchedule):
     """``lr = base_lr * (1 + gamma * iter) ^ (-power)``."""
 
@@ -123,7 +123,7 @@ class Inv(CaffeSchedule):
         return self.base_lr * ops.power(1.0 + self.gamma * iteration, -self.power)
 
 
-@_register
+@register
 class MultiStep(CaffeSchedule):
     """``lr = base_lr * gamma ^ k``, k = how many of ``stepvalue`` are <= iter.
 
@@ -156,7 +156,7 @@ class MultiStep(CaffeSchedule):
         return self.base_lr * ops.power(self.gamma, passed)
 
 
-@_register
+@register
 class Poly(CaffeSchedule):
     """``lr = base_lr * (1 - iter / max_iter) ^ power``, 0 from ``max_iter`` on.
 
@@ -178,7 +178,7 @@ class Poly(CaffeSchedule):
         return self.base_lr * ops.power(1.0 - done, self.power)
 
 
-@_register
+@register
 class Sigmoid(CaffeSchedule):
     """``lr = base_lr / (1 + exp(-gamma * (iter - stepsize)))``.
 
@@ -199,7 +199,7 @@ class Sigmoid(CaffeSchedule):
         return self.base_lr / (1.0 + ops.exp(-self.gamma * (iteration - self.stepsize)))
 
 
-@_register
+@register
 class Warmup(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up in front of any schedule (the large-batch recipe).
 

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_caffe.errors import WeightsError
 
-register = keras.saving.register_keras_serializable(package="keras_caffe")
+from keras_caffe._serializable import register  # noqa: E402
 
 
 class CaffeBlobs:

@@ -5,9 +5,10 @@ from keras import ops
 
 from keras_caffe._checks import check_number
 from keras_caffe.optimizers.base import CaffeOptimizer
+from keras_caffe._serializable import register
 
 
-@keras.saving.register_keras_serializable(package="keras_caffe")
+@register
 class AdaDelta(CaffeOptimizer):
     """Caffe's ``AdaDelta`` solver (Zeiler 2012), with Caffe's learning rate.
 

@@ -4,9 +4,10 @@ import keras
 from keras import ops
 
 from keras_caffe.optimizers.sgd import SGD
+from keras_caffe._serializable import register
 
 
-@keras.saving.register_keras_serializable(package="keras_caffe")
+@register
 class Nesterov(SGD):
     """Caffe's ``Nesterov`` solver (Sutskever et al. 2013, in Caffe's form).
 
