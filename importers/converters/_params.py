@@ -1,5 +1,6 @@
 """Reading Caffe's spatial parameters (``kernel_size`` or ``kernel_h``/``kernel_w``, ...)."""
 
+
 from keras_caffe.errors import LayerError
 
 
@@ -25,3 +26,31 @@ def spatial(layer, param, name, default=None, repeated=True):
     if len(values) == 2:
         return values[0], values[1]
     raise LayerError(layer.name, f"{name} has {len(values)} values: only 2-D layers are supported")
+
+
+def conv_geometry(layer, bottoms, ctx, what):
+    """Validated (kernel, stride, pad, dilation, channels) of a Convolution or
+    Deconvolution layer; every bottom must have bottom 0's shape."""
+    p = layer.convolution_param
+    if p.axis != 1:
+        raise LayerError(layer.name, f"{what} over axis {p.axis} is not supported (only 1)")
+    kernel = spatial(layer, p, "kernel_size")
+    stride = spatial(layer, p, "stride", default=1)
+    pad = spatial(layer, p, "pad", default=0)
+    dilation = spatial(layer, p, "dilation", default=1)
+    shape = ctx.caffe_shape(bottoms[0])
+    if len(shape) != 4:
+        raise LayerError(layer.name, f"needs a 4-D blob (N, C, H, W), got shape {shape}")
+    for i, bottom in enumerate(bottoms[1:], 1):
+        if ctx.caffe_shape(bottom) != shape:
+            raise LayerError(layer.name, f"bottom {i} has shape {ctx.caffe_shape(bottom)}, "
+                                         f"bottom 0 has {shape}: all bottoms must match")
+    channels = shape[1]
+    if p.num_output <= 0:
+        raise LayerError(layer.name, "num_output must be positive")
+    if p.group <= 0 or channels % p.group or p.num_output % p.group:
+        raise LayerError(layer.name, f"group {p.group} must divide the {channels} input channels "
+                                     f"and num_output {p.num_output}")
+    if min(kernel) <= 0 or min(stride) <= 0 or min(dilation) <= 0:
+        raise LayerError(layer.name, "kernel, stride and dilation must be positive")
+    return kernel, stride, pad, dilation, channels

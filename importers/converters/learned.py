@@ -2,7 +2,7 @@
 
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.converters._params import spatial
+from keras_caffe.importers.converters._params import conv_geometry
 from keras_caffe.importers.graph import Blob
 from keras_caffe.importers.registry import converter
 from keras_caffe.layers.deconv import Deconvolution, Embed
@@ -16,27 +16,8 @@ def deconvolution(layer, bottoms, ctx):
     one top each.
     """
     p = layer.convolution_param
-    if p.axis != 1:
-        raise LayerError(layer.name, f"deconvolution over axis {p.axis} is not supported (only 1)")
-    kernel = spatial(layer, p, "kernel_size")
-    stride = spatial(layer, p, "stride", default=1)
-    pad = spatial(layer, p, "pad", default=0)
-    dilation = spatial(layer, p, "dilation", default=1)
+    kernel, stride, pad, dilation, channels = conv_geometry(layer, bottoms, ctx, "deconvolution")
     shape = ctx.caffe_shape(bottoms[0])
-    if len(shape) != 4:
-        raise LayerError(layer.name, f"needs a 4-D blob (N, C, H, W), got shape {shape}")
-    for i, bottom in enumerate(bottoms[1:], 1):
-        if ctx.caffe_shape(bottom) != shape:
-            raise LayerError(layer.name, f"bottom {i} has shape {ctx.caffe_shape(bottom)}, "
-                                         f"bottom 0 has {shape}: all bottoms must match")
-    channels = shape[1]
-    if p.num_output <= 0:
-        raise LayerError(layer.name, "num_output must be positive")
-    if p.group <= 0 or channels % p.group or p.num_output % p.group:
-        raise LayerError(layer.name, f"group {p.group} must divide the {channels} input channels "
-                                     f"and num_output {p.num_output}")
-    if min(kernel) <= 0 or min(stride) <= 0 or min(dilation) <= 0:
-        raise LayerError(layer.name, "kernel, stride and dilation must be positive")
     for size, k, s, pd, d in zip(shape[2:], kernel, stride, pad, dilation):
         if size is not None and s * (size - 1) + d * (k - 1) + 1 - 2 * pd <= 0:
             raise LayerError(layer.name, f"pad {pad} leaves no output for input {shape[2:]} "

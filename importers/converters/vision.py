@@ -2,7 +2,7 @@
 
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.converters._params import spatial
+from keras_caffe.importers.converters._params import conv_geometry, spatial
 from keras_caffe.importers.registry import converter
 from keras_caffe.proto import caffe_pb2
 
@@ -12,23 +12,7 @@ def convolution(layer, bottoms, ctx):
     """Convolution with group, dilation, pad/kernel/stride (or _h/_w), bias_term;
     several bottoms (one top each) share the weights."""
     p = layer.convolution_param
-    if p.axis != 1:
-        raise LayerError(layer.name, f"convolution over axis {p.axis} is not supported (only 1)")
-    kernel = spatial(layer, p, "kernel_size")
-    stride = spatial(layer, p, "stride", default=1)
-    pad = spatial(layer, p, "pad", default=0)
-    dilation = spatial(layer, p, "dilation", default=1)
-    shapes = {ctx.caffe_shape(b)[1:] for b in bottoms}
-    if len(shapes) > 1:
-        raise LayerError(layer.name, f"all bottoms must have one shape, got {sorted(shapes)}")
-    channels = ctx.caffe_shape(bottoms[0])[1]
-    if p.num_output <= 0:
-        raise LayerError(layer.name, "num_output must be positive")
-    if p.group <= 0 or channels % p.group or p.num_output % p.group:
-        raise LayerError(layer.name, f"group {p.group} must divide the {channels} input channels "
-                                     f"and num_output {p.num_output}")
-    if min(kernel) <= 0 or min(stride) <= 0 or min(dilation) <= 0:
-        raise LayerError(layer.name, "kernel, stride and dilation must be positive")
+    kernel, stride, pad, dilation, channels = conv_geometry(layer, bottoms, ctx, "convolution")
     ctx.check_size(layer, p.num_output * (channels // p.group) * kernel[0] * kernel[1])
     conv = layers.Convolution(
         p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=p.group,

@@ -59,10 +59,13 @@ class CaffeBlobs:
         return self.caffe_from_keras_weights([ops.convert_to_numpy(w) for w in self.weights])
 
     def keras_weights_from_caffe(self, blobs):
-        raise NotImplementedError
+        """Caffe blobs (in Caffe's shapes) -> the layer's Keras weights.
+        The default is the identity: the layer keeps Caffe's layout."""
+        return blobs
 
     def caffe_from_keras_weights(self, weights):
-        raise NotImplementedError
+        """The layer's Keras weights -> Caffe blobs (inverse of the above)."""
+        return list(weights)
 
 
 def check_data_format(data_format):

@@ -164,11 +164,6 @@ class Embed(CaffeBlobs, keras.layers.Layer):
         bias = [(self.num_output,)] if self.bias_term else []
         return [(self.input_dim, self.num_output)] + bias
 
-    def keras_weights_from_caffe(self, blobs):
-        return blobs
-
-    def caffe_from_keras_weights(self, weights):
-        return list(weights)
 
     def get_config(self):
         config = super().get_config()

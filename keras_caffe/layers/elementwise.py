@@ -111,11 +111,6 @@ class PReLU(CaffeBlobs, _Elementwise):
     def caffe_blob_shapes(self):
         return [tuple(self.slope.shape)]
 
-    def keras_weights_from_caffe(self, blobs):
-        return blobs
-
-    def caffe_from_keras_weights(self, weights):
-        return list(weights)
 
     def get_config(self):
         config = super().get_config()
@@ -174,11 +169,6 @@ class Bias(CaffeBlobs, _Elementwise):
     def caffe_blob_shapes(self):
         return [tuple(w.shape) for w in self.weights]
 
-    def keras_weights_from_caffe(self, blobs):
-        return blobs
-
-    def caffe_from_keras_weights(self, weights):
-        return list(weights)
 
     def get_config(self):
         config = super().get_config()

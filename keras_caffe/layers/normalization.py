@@ -79,11 +79,6 @@ class BatchNorm(CaffeBlobs, keras.layers.Layer):
         c = self.mean_sum.shape[0]
         return [(c,), (c,), (1,)]
 
-    def keras_weights_from_caffe(self, blobs):
-        return blobs
-
-    def caffe_from_keras_weights(self, weights):
-        return list(weights)
 
     def get_config(self):
         config = super().get_config()
@@ -141,11 +136,6 @@ class Scale(CaffeBlobs, keras.layers.Layer):
             return input_shape[0]
         return input_shape
 
-    def keras_weights_from_caffe(self, blobs):
-        return blobs
-
-    def caffe_from_keras_weights(self, weights):
-        return list(weights)
 
     def caffe_blob_shapes(self):
         return [tuple(w.shape) for w in self.weights]
