@@ -66,9 +66,24 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
     return ImportedNet(model, param, blobs, source)
 
 
+def caffe_parts(model):
+    """``{Caffe layer name: (Keras layer, first weight, weight count, type)}``.
+
+    Most Keras layers hold one Caffe layer; a fused BatchNorm+Scale holds two.
+    """
+    parts = {}
+    for layer in model.layers:
+        if isinstance(layer, CaffeBlobs):
+            start = 0
+            for name, caffe_type, count in layer.caffe_parts:
+                parts[name] = (layer, start, count, caffe_type)
+                start += count
+    return parts
+
+
 def caffe_layers(model):
-    """``{Caffe layer name: Keras layer}`` for the layers that hold blobs."""
-    return {layer.caffe_name: layer for layer in model.layers if isinstance(layer, CaffeBlobs)}
+    """``{Caffe layer name: Keras layer}`` for the Caffe layers that hold blobs."""
+    return {name: part[0] for name, part in caffe_parts(model).items()}
 
 
 def load_into(model, weights, source="<weights>"):
@@ -77,11 +92,24 @@ def load_into(model, weights, source="<weights>"):
     Layers in the weights that the net lacks are ignored (as Caffe ignores
     them); layers the weights lack keep their initial values, with a warning.
     """
-    layers = {name: layer for name, layer in caffe_layers(model).items() if layer.weights}
+    parts = {name: part for name, part in caffe_parts(model).items() if part[2]}
+    by_layer = {}
     for caffe_name, blobs in weights.items():
-        if caffe_name in layers:
-            layers[caffe_name].set_caffe_blobs(blobs)
-    missing = sorted(set(layers) - set(weights))
+        if caffe_name in parts:
+            layer, start, count, _ = parts[caffe_name]
+            by_layer.setdefault(id(layer), (layer, {}))[1][start] = (caffe_name, count, blobs)
+    for layer, given in by_layer.values():
+        expected = layer.caffe_blob_shapes()
+        current = layer.caffe_blobs() if len(given) < len(layer.caffe_parts) else [None] * len(expected)
+        for start, (caffe_name, count, blobs) in given.items():
+            if len(blobs) != count:
+                from keras_caffe.errors import WeightsError
+
+                raise WeightsError(f"layer {caffe_name!r}: {len(blobs)} blobs in the weights, "
+                                   f"the net needs {count} {expected[start:start + count]}")
+            current[start:start + count] = blobs
+        layer.set_caffe_blobs(current)
+    missing = sorted(set(parts) - set(weights))
     if missing:
         warnings.warn(f"{source}: no weights for layer(s) {', '.join(missing)}; "
                       "they keep their initial values", stacklevel=3)

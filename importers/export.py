@@ -27,9 +27,13 @@ def export_caffemodel(model, path):
         )
     net = caffe_pb2.NetParameter(name=model.name)
     for layer in layers:
-        entry = net.layer.add(name=layer.caffe_name, type=layer.caffe_type)
-        for blob in layer.caffe_blobs():
-            entry.blobs.add().CopyFrom(array_to_blob(blob))
+        blobs = layer.caffe_blobs()
+        start = 0
+        for name, caffe_type, count in layer.caffe_parts:
+            entry = net.layer.add(name=name, type=caffe_type)
+            for blob in blobs[start:start + count]:
+                entry.blobs.add().CopyFrom(array_to_blob(blob))
+            start += count
     write_atomically(path, net.SerializeToString())
     return path
 
@@ -60,8 +64,9 @@ def param_multipliers(model):
     for layer in model.layers:
         if not isinstance(layer, CaffeBlobs):
             continue
-        specs = layer.param_multipliers or [[1.0, 1.0]] * len(layer.weights)
-        for weight, (lr, decay) in zip(layer.weights, specs):
+        variables = layer.caffe_variables()
+        specs = layer.param_multipliers or [[1.0, 1.0]] * len(variables)
+        for weight, (lr, decay) in zip(variables, specs):
             lr_mult[weight.path] = lr
             decay_mult[weight.path] = decay
     return lr_mult, decay_mult

@@ -47,6 +47,8 @@ class Context:
         self.source = source
         self._names = {}
         self.training = TrainingSpec()
+        #: BatchNorm layer name -> the per-channel Scale fused into it.
+        self.batchnorm_scale = {}
 
     # -- naming --------------------------------------------------------------
 
@@ -165,6 +167,7 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     """
     _check_types(net, source)
     ctx = Context(data_format, phase, source)
+    ctx.batchnorm_scale = _batchnorm_scale_pairs(net, outputs or ())
     blobs, inputs, available, used = {}, {}, {}, set()
     for index, layer in enumerate(net.layer):
         for bottom in layer.bottom:
@@ -213,9 +216,9 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
 
 def _attach_param_specs(net, model):
     """Record each layer's ``param { lr_mult decay_mult }`` on its Keras layer."""
-    from keras_caffe.layers import CaffeBlobs
+    from keras_caffe.importers.api import caffe_parts
 
-    layers = {layer.caffe_name: layer for layer in model.layers if isinstance(layer, CaffeBlobs)}
+    parts = caffe_parts(model)
     owners = {}
     for layer in net.layer:
         for spec in layer.param:
@@ -225,14 +228,40 @@ def _attach_param_specs(net, model):
                                                  f"{owners[spec.name]!r}; weight sharing is not "
                                                  "supported")
                 owners[spec.name] = layer.name
-        if layer.name in layers:
-            target = layers[layer.name]
-            count = len(target.weights)
-            specs = list(layer.param) + [None] * max(0, count - len(layer.param))
-            target.param_multipliers = [
-                [spec.lr_mult, spec.decay_mult] if spec is not None else [1.0, 1.0]
-                for spec in specs[:count]
-            ]
+        if layer.name in parts:
+            target, start, count, caffe_type = parts[layer.name]
+            specs = list(layer.param)[:count]
+            specs += [None] * (count - len(specs))
+            # Caffe's BatchNorm gives its statistics lr_mult 0 unless told otherwise.
+            default = [0.0, 1.0] if caffe_type == "BatchNorm" else [1.0, 1.0]
+            multipliers = (list(target.param_multipliers)
+                           or [[1.0, 1.0]] * len(target.caffe_variables()))
+            multipliers[start:start + count] = [
+                [spec.lr_mult, spec.decay_mult] if spec is not None else default for spec in specs]
+            target.param_multipliers = multipliers
+
+
+def _batchnorm_scale_pairs(net, outputs):
+    """``{BatchNorm name: Scale layer}`` for the BatchNorm -> per-channel Scale
+    idiom, where nothing but the Scale reads the BatchNorm's output."""
+    pairs = {}
+    layers = list(net.layer)
+    for i, bn in enumerate(layers):
+        if bn.type != "BatchNorm" or len(bn.top) != 1 or bn.top[0] in outputs:
+            continue
+        blob, readers = bn.top[0], []
+        for later in layers[i + 1:]:
+            if blob in later.bottom:
+                readers.append(later)
+            if blob in later.top:
+                break  # overwritten (e.g. the Scale in place): later readers see that
+        if len(readers) != 1 or readers[0].type != "Scale":
+            continue
+        scale = readers[0]
+        p = scale.scale_param
+        if len(scale.bottom) == 1 and p.axis in (1, -3) and p.num_axes == 1:
+            pairs[bn.name] = scale
+    return pairs
 
 
 def _check_types(net, source):

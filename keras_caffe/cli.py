@@ -89,12 +89,15 @@ def _cmd_import(args):
 
 def layer_table(imported):
     """A rich table of the Caffe layers: name, type, output shape(s), params."""
+    import numpy as np
     from rich.table import Table
 
     from keras_caffe.importers.graph import Context
 
-    counts = {getattr(layer, "caffe_name", layer.name): layer.count_params()
-              for layer in imported.model.layers if hasattr(layer, "caffe_name")}
+    from keras_caffe.importers.api import caffe_parts
+
+    counts = {name: sum(int(np.prod(w.shape)) for w in layer.caffe_variables()[start:start + count])
+              for name, (layer, start, count, _) in caffe_parts(imported.model).items()}
     ctx = Context(None, None, imported.source)
     table = Table(title=f"{imported.net.name or imported.source}")
     for column, justify in (("layer", "left"), ("type", "left"), ("output shape (N, C, H, W)", "left"),

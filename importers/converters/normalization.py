@@ -7,17 +7,28 @@ from keras_caffe.importers.registry import converter
 
 @converter("BatchNorm")
 def batch_norm(layer, bottoms, ctx):
-    """Caffe's BatchNorm (use_global_stats, moving_average_fraction, eps, scale factor)."""
+    """Caffe's BatchNorm (use_global_stats, moving_average_fraction, eps, scale factor).
+
+    Followed by a per-channel Scale that alone reads its output, both become
+    one ``BatchNormScale`` layer holding both layers' blobs.
+    """
     p = layer.batch_norm_param
     bottom = bottoms[0]
     if bottom.layout == "flat":
         bottom = ctx.caffe_order(bottom, layer)
-    axis = ctx.axis(bottom, 1)
-    norm = layers.BatchNorm(
+    args = dict(
         eps=p.eps, moving_average_fraction=p.moving_average_fraction,
         use_global_stats=p.use_global_stats if p.HasField("use_global_stats") else None,
-        axis=axis, name=ctx.keras_name(layer.name), caffe_name=layer.name,
+        axis=ctx.axis(bottom, 1), name=ctx.keras_name(layer.name), caffe_name=layer.name,
     )
+    scale = ctx.batchnorm_scale.get(layer.name)
+    if scale is not None and len(ctx.caffe_shape(bottom)) >= 2:
+        # The Caffe idiom BatchNorm -> Scale as one layer (see BatchNormScale).
+        norm = layers.BatchNormScale(scale_name=scale.name,
+                                     bias_term=scale.scale_param.bias_term, **args)
+    else:
+        ctx.batchnorm_scale.pop(layer.name, None)
+        norm = layers.BatchNorm(**args)
     return [ctx.elementwise(norm, bottom)]
 
 
@@ -29,6 +40,8 @@ def scale(layer, bottoms, ctx):
     axis first, and Caffe lines the second bottom's axes up with the first's
     from ``axis`` on (the SE-block pattern, bottoms (N, C, H, W) and (N, C)).
     """
+    if any(scale is layer or scale.name == layer.name for scale in ctx.batchnorm_scale.values()):
+        return [bottoms[0]]  # already applied by the BatchNorm before it (BatchNormScale)
     p = layer.scale_param
     x = bottoms[0]
     shape = ctx.caffe_shape(x)

@@ -9,7 +9,7 @@ from keras_caffe.layers.base import CaffeBlobs
 from keras_caffe.layers.conv import Convolution
 from keras_caffe.layers.dense import InnerProduct
 from keras_caffe.layers.lrn import LRN
-from keras_caffe.layers.normalization import BatchNorm, Scale
+from keras_caffe.layers.normalization import BatchNorm, BatchNormScale, Scale
 from keras_caffe.layers.pooling import Pooling
 
-__all__ = ["CaffeBlobs", "Convolution", "InnerProduct", "LRN", "BatchNorm", "Scale", "Pooling"]
+__all__ = ["CaffeBlobs", "Convolution", "InnerProduct", "LRN", "BatchNorm", "BatchNormScale", "Scale", "Pooling"]

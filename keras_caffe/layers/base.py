@@ -32,6 +32,23 @@ class CaffeBlobs:
         config["param_multipliers"] = self.param_multipliers
         return config
 
+    @property
+    def caffe_parts(self):
+        """The Caffe layers this Keras layer holds: [(name, type, weight count)].
+
+        One for most layers; a fused BatchNorm+Scale holds two. Its weights
+        are the parts' blobs, in order.
+        """
+        return [(self.caffe_name, self.caffe_type, len(self.caffe_variables()))]
+
+    def caffe_variables(self):
+        """The variables holding the Caffe blobs, in Caffe's blob order.
+
+        (Keras's ``weights`` lists trainable variables first, which is not
+        Caffe's order where a layer mixes both.)
+        """
+        return list(self.weights)
+
     def caffe_blob_shapes(self):
         """The shapes Caffe's blobs for this layer have."""
         return [tuple(b.shape) for b in self.caffe_blobs()]
@@ -53,10 +70,12 @@ class CaffeBlobs:
                     f"the net needs {e}"
                 )
         blobs = [np.asarray(b, np.float32).reshape(e) for b, e in zip(blobs, expected)]
-        self.set_weights(self.keras_weights_from_caffe(blobs))
+        for variable, value in zip(self.caffe_variables(), self.keras_weights_from_caffe(blobs)):
+            variable.assign(value)
 
     def caffe_blobs(self):
-        return self.caffe_from_keras_weights([ops.convert_to_numpy(w) for w in self.weights])
+        return self.caffe_from_keras_weights(
+            [ops.convert_to_numpy(v) for v in self.caffe_variables()])
 
     def keras_weights_from_caffe(self, blobs):
         """Caffe blobs (in Caffe's shapes) -> the layer's Keras weights.

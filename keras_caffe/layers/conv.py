@@ -46,24 +46,43 @@ class Convolution(CaffeBlobs, keras.layers.Layer):
         self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
                      if self.bias_term else None)
 
+    def _same_padding(self):
+        """Stride 1 with pad (k-1)*d/2 on both sides: exactly Keras's "same"."""
+        return self.stride == (1, 1) and all(
+            2 * p == (k - 1) * d for p, k, d in zip(self.pad, self.kernel_size, self.dilation))
+
     def call(self, x):
         x = to_nhwc(x, self.data_format)
-        if any(self.pad):
+        padding = "same" if any(self.pad) and self._same_padding() else "valid"
+        if any(self.pad) and padding == "valid":
             ph, pw = self.pad
             x = ops.pad(x, [[0, 0], [ph, ph], [pw, pw], [0, 0]])
         subsample = max(self.dilation) > 1 and max(self.stride) > 1
         strides = (1, 1) if subsample else self.stride
         if self.depthwise:
-            y = ops.depthwise_conv(x, self.kernel, strides=strides, padding="valid",
+            y = ops.depthwise_conv(x, self.kernel, strides=strides, padding=padding,
                                    dilation_rate=self.dilation)
         else:
-            y = ops.conv(x, self.kernel, strides=strides, padding="valid",
+            y = ops.conv(x, self.kernel, strides=strides, padding=padding,
                          dilation_rate=self.dilation)
         if subsample:
             y = y[:, ::self.stride[0], ::self.stride[1], :]
         if self.bias is not None:
             y = y + self.bias
         return from_nhwc(y, self.data_format)
+
+    def compute_output_shape(self, input_shape):
+        """Caffe's output size: (in + 2 pad - dilation (k - 1) - 1) / stride + 1."""
+        if self.data_format == "channels_first":
+            n, _, h, w = input_shape
+        else:
+            n, h, w, _ = input_shape
+        out = [None if size is None else (size + 2 * p - d * (k - 1) - 1) // s + 1
+               for size, k, s, p, d in zip((h, w), self.kernel_size, self.stride, self.pad,
+                                           self.dilation)]
+        if self.data_format == "channels_first":
+            return (n, self.num_output, *out)
+        return (n, *out, self.num_output)
 
     def keras_weights_from_caffe(self, blobs):
         w = blobs[0]  # (out, in/group, kh, kw)
