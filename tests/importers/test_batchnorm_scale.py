@@ -30,7 +30,8 @@ def test_idiom_is_fused_and_keeps_both_caffe_layers(tmp_path):
     kinds = [type(layer).__name__ for layer in model.layers]
     assert "BatchNormScale" in kinds and "BatchNorm" not in kinds and "Scale" not in kinds
     weights = blobs(np.random.RandomState(0))
-    keras_caffe.importers.load_into(model, weights)
+    with pytest.warns(UserWarning, match=r"no weights for layer\(s\) conv;"):
+        keras_caffe.importers.load_into(model, weights)
     out = keras_caffe.export_caffemodel(model, tmp_path / "w.caffemodel")
     exported = keras_caffe.importers.load_weights(out)
     for name in ("bn", "scale"):
@@ -84,7 +85,8 @@ def test_not_fused_when_the_batchnorm_output_is_read_elsewhere():
 
 def test_fused_layer_saves_and_loads(tmp_path):
     model = keras_caffe.import_model(NET)
-    keras_caffe.importers.load_into(model, blobs(np.random.RandomState(2)))
+    with pytest.warns(UserWarning, match=r"no weights for layer\(s\) conv;"):
+        keras_caffe.importers.load_into(model, blobs(np.random.RandomState(2)))
     model.save(tmp_path / "m.keras")
     loaded = keras.models.load_model(tmp_path / "m.keras")
     x = np.random.RandomState(3).randn(2, 5, 5, 3).astype("float32")
