@@ -11,7 +11,7 @@ from keras_caffe.layers import CaffeBlobs
 
 
 def import_model(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
-                 level=0, stages=(), name=None, fold_batchnorm=False):
+                 level=0, stages=(), name=None, fold_batchnorm=False, input_shapes=None):
     """Build a Keras model from a Caffe net definition, with Caffe's numbers.
 
     Args:
@@ -29,12 +29,16 @@ def import_model(net, weights=None, *, phase="TEST", data_format="channels_last"
         fold_batchnorm: fold each BatchNorm (and the Scale after it) into the
             Convolution before it, for inference (TEST phase, needs weights).
             By default they stay separate and trainable, as in Caffe.
+        input_shapes: ``{top: shape without the batch}`` for Input or data
+            layers (Data, ImageData, HDF5Data, DummyData, MemoryData), whose
+            shapes are otherwise read from their parameters or sources.
     Returns:
         a ``keras.Model``; its layers are named after Caffe's ('/' becomes
         '_'; ``layer.caffe_name`` keeps the original on layers with blobs).
     """
     return import_net(net, weights, phase=phase, data_format=data_format, outputs=outputs,
-                      level=level, stages=stages, name=name, fold_batchnorm=fold_batchnorm).model
+                      level=level, stages=stages, name=name, fold_batchnorm=fold_batchnorm,
+                      input_shapes=input_shapes).model
 
 
 class ImportedNet:
@@ -45,7 +49,7 @@ class ImportedNet:
 
 
 def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
-               level=0, stages=(), name=None, fold_batchnorm=False):
+               level=0, stages=(), name=None, fold_batchnorm=False, input_shapes=None):
     """``import_model`` that also returns the filtered net and blob map."""
     if data_format not in ("channels_last", "channels_first"):
         raise CaffeImportError(
@@ -60,7 +64,7 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
         param, blobs_in = fold(param, blobs_in, source)
     model, blobs = build_model(param, source=source, data_format=data_format,
                                phase=phase.upper() if isinstance(phase, str) else phase,
-                               outputs=outputs, name=name)
+                               outputs=outputs, name=name, input_shapes=input_shapes)
     if blobs_in is not None:
         load_into(model, blobs_in, source=str(weights))
     return ImportedNet(model, param, blobs, source)

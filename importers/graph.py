@@ -24,6 +24,7 @@ from keras_caffe.errors import (
     UnknownLayerError,
     UnsafeLayerError,
 )
+from keras_caffe.importers.datasources import DATA_LAYER_TYPES
 from keras_caffe.importers.registry import get_converter, registered_types
 
 #: Largest number of values one layer's weights or one blob may have
@@ -49,6 +50,8 @@ class Context:
         self.training = TrainingSpec()
         #: BatchNorm layer name -> the per-channel Scale fused into it.
         self.batchnorm_scale = {}
+        #: {top: shape without the batch} overriding Input / data layer shapes.
+        self.input_shapes = {}
 
     # -- naming --------------------------------------------------------------
 
@@ -156,7 +159,7 @@ class TrainingSpec:
 
 
 def build_model(net, *, source, data_format="channels_last", phase="TEST", outputs=None,
-                name=None):
+                name=None, input_shapes=None):
     """The Keras functional model for a filtered, upgraded NetParameter.
 
     Returns ``(model, blobs)``: ``blobs`` maps each Caffe blob name to its
@@ -168,6 +171,7 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     _check_types(net, source)
     ctx = Context(data_format, phase, source)
     ctx.batchnorm_scale = _batchnorm_scale_pairs(net, outputs or ())
+    ctx.input_shapes = {top: tuple(shape) for top, shape in (input_shapes or {}).items()}
     blobs, inputs, available, used = {}, {}, {}, set()
     for index, layer in enumerate(net.layer):
         for bottom in layer.bottom:
@@ -180,7 +184,7 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
         tops = _convert(layer, bottoms, ctx)
         label_bottoms = getattr(get_converter(layer.type), "label_bottoms", ())
         used.update(b for i, b in enumerate(layer.bottom) if i not in label_bottoms)
-        if layer.type == "Input":
+        if layer.type == "Input" or layer.type in DATA_LAYER_TYPES:
             inputs.update((top, t.tensor) for top, t in zip(layer.top, tops))
         for bottom in layer.bottom:
             available.pop(bottom, None)

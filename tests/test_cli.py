@@ -117,3 +117,12 @@ def test_analyze_table_and_bad_bandwidth(lenet, capsys):
     assert cli.main(["analyze", str(lenet / "deploy_used.prototxt"), "--bandwidth", "fast"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("keras-caffe: error: ") and "bandwidth" in err[0]
+
+
+def test_import_train_phase_summary(golden, capsys):
+    """The issue's `keras-caffe import train_val.prototxt --phase TRAIN --summary`."""
+    net = golden / "solvers" / "sgd" / "train_net.prototxt"
+    assert cli.main(["import", str(net), "--phase", "TRAIN", "--summary"]) == 0
+    out = capsys.readouterr().out
+    for row in (("data", "HDF5Data", "(N, 20), (N,)"), ("loss", "SoftmaxWithLoss")):
+        assert any(all(cell in line for cell in row) for line in out.splitlines()), row

@@ -1,0 +1,135 @@
+"""The blob shapes a Caffe data layer produces, found without reading its data.
+
+Data layers (Data, ImageData, HDF5Data, DummyData, MemoryData) become model
+inputs (their data tops) and training targets (their label tops); the
+shapes come from the layer's parameters, or from the first record of its
+source, as Caffe's own ``DataLayerSetUp`` finds them. A relative ``source``
+is looked up from the current directory (as Caffe does), then next to the
+prototxt.
+"""
+
+import os
+
+from keras_caffe.errors import LayerError
+
+_READERS = {}
+
+
+def reader(*types):
+    def register(fn):
+        for layer_type in types:
+            _READERS[layer_type] = fn
+        return fn
+
+    return register
+
+
+DATA_LAYER_TYPES = ("Data", "ImageData", "HDF5Data", "DummyData", "MemoryData")
+
+
+def data_shapes(layer, net_source):
+    """One Caffe shape (batch first) per top of a data layer."""
+    shapes = _READERS[layer.type](layer, net_source)
+    if len(shapes) < len(layer.top):
+        raise LayerError(layer.name, f"produces {len(shapes)} blob(s) but names "
+                                     f"{len(layer.top)} top(s)")
+    return shapes[:len(layer.top)]
+
+
+def _find(layer, path, net_source):
+    candidates = [path]
+    if not os.path.isabs(path) and os.path.isfile(str(net_source)):
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(net_source)), path))
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return candidate
+    raise LayerError(layer.name, f"{layer.type} source {path!r} not found (looked in the "
+                                 "current directory and next to the prototxt); give its shapes "
+                                 "with input_shapes={top: shape without the batch}")
+
+
+def _cropped(layer, channels, height, width):
+    crop = layer.transform_param.crop_size
+    return (channels, crop, crop) if crop else (channels, height, width)
+
+
+@reader("DummyData")
+def _dummy(layer, net_source):
+    p = layer.dummy_data_param
+    if p.shape:
+        return [tuple(int(d) for d in s.dim) for s in p.shape]
+    legacy = [p.num, p.channels, p.height, p.width]
+    count = max(len(v) for v in legacy)
+    return [tuple(int(v[min(i, len(v) - 1)]) for v in legacy) for i in range(count)]
+
+
+@reader("MemoryData")
+def _memory(layer, net_source):
+    p = layer.memory_data_param
+    return [(p.batch_size, p.channels, p.height, p.width), (p.batch_size,)]
+
+
+@reader("HDF5Data")
+def _hdf5(layer, net_source):
+    import h5py
+
+    p = layer.hdf5_data_param
+    listing = _find(layer, p.source, net_source)
+    with open(listing, encoding="utf-8") as f:
+        files = [line.strip() for line in f if line.strip()]
+    if not files:
+        raise LayerError(layer.name, f"HDF5Data source {listing!r} lists no files")
+    first = files[0]
+    if not os.path.isabs(first) and not os.path.exists(first):
+        first = os.path.join(os.path.dirname(listing), first)
+    with h5py.File(_find(layer, first, net_source), "r") as h5:
+        missing = [top for top in layer.top if top not in h5]
+        if missing:
+            raise LayerError(layer.name, f"HDF5 file {first!r} has no dataset(s) "
+                                         f"{', '.join(missing)} for the layer's tops")
+        return [(p.batch_size, *h5[top].shape[1:]) for top in layer.top]
+
+
+@reader("Data")
+def _database(layer, net_source):
+    from keras_caffe.proto import caffe_pb2
+
+    p = layer.data_param
+    if p.backend != caffe_pb2.DataParameter.LMDB:
+        raise LayerError(layer.name, "only backend: LMDB databases are read "
+                                     "(LevelDB has no maintained Python binding); give "
+                                     "input_shapes={top: shape} for others")
+    import lmdb
+
+    path = _find(layer, p.source, net_source)
+    with lmdb.open(path, readonly=True, lock=False, subdir=os.path.isdir(path)) as env:
+        with env.begin() as txn:
+            record = next(iter(txn.cursor()), None)
+    if record is None:
+        raise LayerError(layer.name, f"LMDB {path!r} is empty")
+    datum = caffe_pb2.Datum.FromString(record[1])
+    if datum.encoded:
+        import tensorflow as tf
+
+        image = tf.io.decode_image(datum.data).numpy()
+        channels, height, width = image.shape[2], image.shape[0], image.shape[1]
+    else:
+        channels, height, width = datum.channels, datum.height, datum.width
+    return [(p.batch_size, *_cropped(layer, channels, height, width)), (p.batch_size,)]
+
+
+@reader("ImageData")
+def _images(layer, net_source):
+    p = layer.image_data_param
+    channels = 3 if p.is_color else 1
+    if p.new_height and p.new_width:
+        height, width = p.new_height, p.new_width
+    else:
+        import tensorflow as tf
+
+        listing = _find(layer, p.source, net_source)
+        with open(listing, encoding="utf-8") as f:
+            first = f.readline().rsplit(maxsplit=1)[0]
+        image = tf.io.decode_image(tf.io.read_file(os.path.join(p.root_folder, first))).numpy()
+        height, width = image.shape[0], image.shape[1]
+    return [(p.batch_size, *_cropped(layer, channels, height, width)), (p.batch_size,)]
