@@ -105,8 +105,7 @@ def layer_table(imported):
         table.add_column(column, justify=justify)
     total = 0
     for layer in imported.net.layer:
-        shapes = ", ".join(str(tuple(d if d is not None else "N" for d in
-                                     ctx.caffe_shape(imported.blobs[top]))).replace("'", "")
+        shapes = ", ".join(_shape_text(ctx, imported.blobs[top])
                            for top in layer.top if top in imported.blobs)
         params = counts.get(layer.name, 0)
         total += params
@@ -114,6 +113,12 @@ def layer_table(imported):
     table.add_section()
     table.add_row("total", "", "", f"{total:,}")
     return table
+
+
+def _shape_text(ctx, blob):
+    if blob.tensor is None:
+        return "loss"  # a loss or metric: computed by the training loop
+    return str(tuple(d if d is not None else "N" for d in ctx.caffe_shape(blob))).replace("'", "")
 
 
 def save_atomically(model, path):
