@@ -54,3 +54,12 @@ def conv_geometry(layer, bottoms, ctx, what):
     if min(kernel) <= 0 or min(stride) <= 0 or min(dilation) <= 0:
         raise LayerError(layer.name, "kernel, stride and dilation must be positive")
     return kernel, stride, pad, dilation, channels
+
+
+def fillers(param, weight_shape, bias_shape):
+    """Initializers for a layer's ``weight_filler`` / ``bias_filler`` (Caffe's
+    default for both: constant 0), given the Caffe blob shapes they fill."""
+    from keras_caffe.initializers import from_filler
+
+    return {"kernel_initializer": from_filler(param.weight_filler, weight_shape),
+            "bias_initializer": from_filler(param.bias_filler, bias_shape)}

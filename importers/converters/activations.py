@@ -14,6 +14,7 @@ import keras
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
 from keras_caffe.importers.registry import converter
+from keras_caffe.initializers import from_filler
 from keras_caffe.layers import elementwise as layers
 from keras_caffe.proto import caffe_pb2
 
@@ -38,22 +39,12 @@ def _neuron(layer, bottoms, ctx, keras_layer):
     return [ctx.elementwise(keras_layer, bottoms[0])]
 
 
-def _initializer(filler, default):
-    """A Keras initializer for a Caffe ``FillerParameter`` (``default`` if none).
-
-    Constant fillers give Caffe's exact initial values; uniform and gaussian
-    ones the same distribution; other types fall back to ``default``
-    (imported weights replace initial values anyway).
-    """
+def _initializer(filler, default, shape=(1,)):
+    """The initializer for a Caffe ``FillerParameter`` of a blob of ``shape``
+    (``default`` when the prototxt gives none)."""
     if filler is None:
         return default
-    if filler.type == "constant":
-        return keras.initializers.Constant(filler.value)
-    if filler.type == "uniform":
-        return keras.initializers.RandomUniform(filler.min, filler.max)
-    if filler.type == "gaussian":
-        return keras.initializers.RandomNormal(filler.mean, filler.std)
-    return default
+    return from_filler(filler, shape)
 
 
 def _tensor_axes(ctx, blob, caffe_axes):

@@ -4,6 +4,7 @@ import numpy as np
 
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
+from keras_caffe.importers.converters._params import fillers
 from keras_caffe.importers.graph import Blob
 from keras_caffe.importers.registry import converter
 
@@ -35,8 +36,10 @@ def inner_product(layer, bottoms, ctx):
     for d in shape[caffe_axis:]:
         k *= d
     ctx.check_size(layer, k * p.num_output)
+    weight_shape = (k, p.num_output) if p.transpose else (p.num_output, k)
     dense = layers.InnerProduct(
         p.num_output, bias_term=p.bias_term, axis=caffe_axis if chw is None else 1,
         transpose=p.transpose, chw=chw, name=ctx.keras_name(layer.name), caffe_name=layer.name,
+        **fillers(p, weight_shape, (p.num_output,)),
     )
     return [Blob(dense(bottom.tensor))]

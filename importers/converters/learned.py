@@ -2,7 +2,7 @@
 
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.converters._params import conv_geometry
+from keras_caffe.importers.converters._params import conv_geometry, fillers
 from keras_caffe.importers.graph import Blob
 from keras_caffe.importers.registry import converter
 from keras_caffe.layers.deconv import Deconvolution, Embed
@@ -28,6 +28,7 @@ def deconvolution(layer, bottoms, ctx):
         p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=p.group,
         bias_term=p.bias_term, data_format=ctx.data_format, name=ctx.keras_name(layer.name),
         caffe_name=layer.name,
+        **fillers(p, (channels, p.num_output // p.group, *kernel), (p.num_output,)),
     )
     return [ctx.image_output(deconv(ctx.as_image(bottom, layer))) for bottom in bottoms]
 
@@ -48,5 +49,6 @@ def embed(layer, bottoms, ctx):
     ctx.check_size(layer, p.input_dim * p.num_output)
     bottom = ctx.caffe_order(bottoms[0], layer)
     lookup = Embed(p.num_output, p.input_dim, bias_term=p.bias_term,
-                   name=ctx.keras_name(layer.name), caffe_name=layer.name)
+                   name=ctx.keras_name(layer.name), caffe_name=layer.name,
+                   **fillers(p, (p.input_dim, p.num_output), (p.num_output,)))
     return [Blob(lookup(bottom.tensor))]

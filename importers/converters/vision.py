@@ -2,7 +2,7 @@
 
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.converters._params import conv_geometry, spatial
+from keras_caffe.importers.converters._params import conv_geometry, fillers, spatial
 from keras_caffe.importers.registry import converter
 from keras_caffe.proto import caffe_pb2
 
@@ -18,6 +18,7 @@ def convolution(layer, bottoms, ctx):
         p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=p.group,
         bias_term=p.bias_term, data_format=ctx.data_format, name=ctx.keras_name(layer.name),
         caffe_name=layer.name,
+        **fillers(p, (p.num_output, channels // p.group, *kernel), (p.num_output,)),
     )
     # Several bottoms share the weights, one top each (as in Caffe).
     return [ctx.image_output(conv(ctx.as_image(b, layer))) for b in bottoms]

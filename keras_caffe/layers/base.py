@@ -87,6 +87,23 @@ class CaffeBlobs:
         return list(weights)
 
 
+class Fillers:
+    """Mixin: ``kernel_initializer`` / ``bias_initializer`` (Caffe's
+    ``weight_filler`` / ``bias_filler``; the importer passes ``CaffeFiller``s)."""
+
+    def __init__(self, *args, kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def get_config(self):
+        config = super().get_config()
+        config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
+        config["bias_initializer"] = keras.initializers.serialize(self.bias_initializer)
+        return config
+
+
 def check_data_format(data_format):
     if data_format not in ("channels_last", "channels_first"):
         raise ValueError(f"data_format must be 'channels_last' or 'channels_first', got {data_format!r}")

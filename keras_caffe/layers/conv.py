@@ -4,11 +4,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import CaffeBlobs, check_data_format, from_nhwc, pair, register, to_nhwc
+from keras_caffe.layers.base import CaffeBlobs, Fillers, check_data_format, from_nhwc, pair, register, to_nhwc
 
 
 @register
-class Convolution(CaffeBlobs, keras.layers.Layer):
+class Convolution(Fillers, CaffeBlobs, keras.layers.Layer):
     """2-D convolution with Caffe's parameters.
 
     ``pad`` is Caffe's symmetric zero padding (any amount, per axis), so no
@@ -42,8 +42,9 @@ class Convolution(CaffeBlobs, keras.layers.Layer):
             shape = (kh, kw, self.in_channels, self.num_output // self.group)
         else:
             shape = (kh, kw, self.in_channels // self.group, self.num_output)
-        self.kernel = self.add_weight(name="kernel", shape=shape, initializer="glorot_uniform")
-        self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
+        self.kernel = self.add_weight(name="kernel", shape=shape, initializer=self.kernel_initializer)
+        self.bias = (self.add_weight(name="bias", shape=(self.num_output,),
+                                    initializer=self.bias_initializer)
                      if self.bias_term else None)
 
     def _same_padding(self):

@@ -4,12 +4,12 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import (CaffeBlobs, check_data_format, from_nhwc, pair, register,
+from keras_caffe.layers.base import (CaffeBlobs, Fillers, check_data_format, from_nhwc, pair, register,
                                      to_nhwc)
 
 
 @register
-class Deconvolution(CaffeBlobs, keras.layers.Layer):
+class Deconvolution(Fillers, CaffeBlobs, keras.layers.Layer):
     """Caffe's Deconvolution: the transposed (backward) convolution, with groups.
 
     Each input pixel scatters ``x[i] * W[i, j]`` into output channel ``j`` of
@@ -58,8 +58,9 @@ class Deconvolution(CaffeBlobs, keras.layers.Layer):
         kh, kw = self.kernel_size
         self.kernel = self.add_weight(
             name="kernel", shape=(kh, kw, self.num_output // self.group, self.in_channels),
-            initializer="glorot_uniform")
-        self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
+            initializer=self.kernel_initializer)
+        self.bias = (self.add_weight(name="bias", shape=(self.num_output,),
+                                     initializer=self.bias_initializer)
                      if self.bias_term else None)
 
     def _transposed_conv(self, x, kernel):
@@ -128,7 +129,7 @@ class Deconvolution(CaffeBlobs, keras.layers.Layer):
 
 
 @register
-class Embed(CaffeBlobs, keras.layers.Layer):
+class Embed(Fillers, CaffeBlobs, keras.layers.Layer):
     """Caffe's Embed: a table lookup, ``y[..., :] = W[int(x[...]), :] (+ b)``.
 
     The input holds integer-valued floats (converted by truncation, as
@@ -148,8 +149,9 @@ class Embed(CaffeBlobs, keras.layers.Layer):
 
     def build(self, input_shape):
         self.kernel = self.add_weight(name="kernel", shape=(self.input_dim, self.num_output),
-                                      initializer="glorot_uniform")
-        self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
+                                      initializer=self.kernel_initializer)
+        self.bias = (self.add_weight(name="bias", shape=(self.num_output,),
+                                     initializer=self.bias_initializer)
                      if self.bias_term else None)
 
     def call(self, x):

@@ -4,11 +4,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import CaffeBlobs, register
+from keras_caffe.layers.base import CaffeBlobs, Fillers, register
 
 
 @register
-class InnerProduct(CaffeBlobs, keras.layers.Layer):
+class InnerProduct(Fillers, CaffeBlobs, keras.layers.Layer):
     """Caffe's InnerProduct.
 
     Flattens every axis from ``axis`` on, then ``y = x W^T + b`` (Caffe's W is
@@ -33,8 +33,9 @@ class InnerProduct(CaffeBlobs, keras.layers.Layer):
     def build(self, input_shape):
         k = int(np.prod(input_shape[self.axis:]))
         self.kernel = self.add_weight(name="kernel", shape=(k, self.num_output),
-                                      initializer="glorot_uniform")
-        self.bias = (self.add_weight(name="bias", shape=(self.num_output,), initializer="zeros")
+                                      initializer=self.kernel_initializer)
+        self.bias = (self.add_weight(name="bias", shape=(self.num_output,),
+                                    initializer=self.bias_initializer)
                      if self.bias_term else None)
 
     def call(self, x):

@@ -136,7 +136,8 @@ def test_accuracy(top_k, ignore, expected):
 def test_train_net_fits_with_caffe_loss_and_accuracy():
     """Input(data, label) -> InnerProduct -> SoftmaxWithLoss + Accuracy, trained by fit."""
     text = train_net((8, 6), (8,), """
-layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 3 } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.5 } } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
 layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" include { phase: TRAIN } }
 """)
