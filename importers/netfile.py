@@ -1,9 +1,7 @@
 """Loading a net definition: parse, upgrade, and keep the layers of a phase."""
 
-import os
-
 from keras_caffe.errors import CaffeImportError
-from keras_caffe.importers.protofile import parse_text, read_text
+from keras_caffe.importers.protofile import read_message
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
 
@@ -12,17 +10,7 @@ PHASES = {"TRAIN": caffe_pb2.TRAIN, "TEST": caffe_pb2.TEST}
 
 def read_net(net):
     """``(NetParameter, source)`` for a path, prototxt text or NetParameter, upgraded."""
-    if isinstance(net, caffe_pb2.NetParameter):
-        param, source = net, "<NetParameter>"
-    elif isinstance(net, os.PathLike) or (isinstance(net, str) and (
-            os.path.isfile(net) or not any(c in net for c in "\n{:"))):
-        source = os.fspath(net)
-        param = read_text(source, caffe_pb2.NetParameter)
-    elif isinstance(net, str):
-        source = "<prototxt text>"
-        param = parse_text(net, caffe_pb2.NetParameter, source=source)
-    else:
-        raise TypeError(f"net must be a path, prototxt text or NetParameter, got {type(net).__name__}")
+    param, source = read_message(net, caffe_pb2.NetParameter, "<prototxt text>")
     return upgrade_net(param, source), source
 
 

@@ -55,3 +55,19 @@ def read_binary(path, message):
             path, f"not a binary {message.DESCRIPTOR.name} file ({err})"
         ) from None
     return proto
+
+
+def read_message(obj, message, text_source):
+    """``(message instance, source name)`` for a path, prototxt text or a parsed
+    ``message``. A string names a file if one exists there, and is prototxt
+    text if it holds a newline, ``{`` or ``:``; otherwise it is reported as a
+    missing file."""
+    if isinstance(obj, message):
+        return obj, f"<{message.DESCRIPTOR.name}>"
+    if isinstance(obj, os.PathLike) or (isinstance(obj, str) and (
+            os.path.isfile(obj) or not any(c in obj for c in "\n{:"))):
+        return read_text(obj, message), os.fspath(obj)
+    if isinstance(obj, str):
+        return parse_text(obj, message, source=text_source), text_source
+    raise TypeError(f"expected a path, prototxt text or a {message.DESCRIPTOR.name}, "
+                    f"got {type(obj).__name__}")

@@ -7,19 +7,8 @@ from keras import ops
 from keras_caffe.layers.base import CaffeBlobs, Fillers, check_data_format, from_nhwc, pair, register, to_nhwc
 
 
-@register
-class Convolution(Fillers, CaffeBlobs, keras.layers.Layer):
-    """2-D convolution with Caffe's parameters.
-
-    ``pad`` is Caffe's symmetric zero padding (any amount, per axis), so no
-    ``"same"`` guessing. ``group`` splits input and output channels into
-    groups; ``group == input channels`` runs as a depthwise convolution.
-    ``stride`` with ``dilation`` (which Keras's Conv2D refuses) runs the
-    dilated convolution at stride 1 and keeps every stride-th output.
-    Caffe's blobs: weights (num_output, in/group, kh, kw), bias (num_output,).
-    """
-
-    caffe_type = "Convolution"
+class ConvolutionParameters(Fillers, CaffeBlobs, keras.layers.Layer):
+    """What Convolution and Deconvolution share: Caffe's ConvolutionParameter."""
 
     def __init__(self, num_output, kernel_size, stride=1, pad=0, dilation=1, group=1,
                  bias_term=True, data_format="channels_last", **kwargs):
@@ -32,6 +21,29 @@ class Convolution(Fillers, CaffeBlobs, keras.layers.Layer):
         self.group = int(group)
         self.bias_term = bool(bias_term)
         self.data_format = check_data_format(data_format)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_output=self.num_output, kernel_size=self.kernel_size, stride=self.stride,
+                      pad=self.pad, dilation=self.dilation, group=self.group,
+                      bias_term=self.bias_term, data_format=self.data_format)
+        return config
+
+
+@register
+class Convolution(ConvolutionParameters):
+    """2-D convolution with Caffe's parameters.
+
+    ``pad`` is Caffe's symmetric zero padding (any amount, per axis), so no
+    ``"same"`` guessing. ``group`` splits input and output channels into
+    groups; ``group == input channels`` runs as a depthwise convolution.
+    ``stride`` with ``dilation`` (which Keras's Conv2D refuses) runs the
+    dilated convolution at stride 1 and keeps every stride-th output.
+    Caffe's blobs: weights (num_output, in/group, kh, kw), bias (num_output,).
+    """
+
+    caffe_type = "Convolution"
+
 
     def build(self, input_shape):
         channels = input_shape[1] if self.data_format == "channels_first" else input_shape[-1]
@@ -101,10 +113,3 @@ class Convolution(Fillers, CaffeBlobs, keras.layers.Layer):
         else:
             w = kernel.transpose(3, 2, 0, 1)
         return [np.ascontiguousarray(w)] + list(weights[1:])
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_output=self.num_output, kernel_size=self.kernel_size, stride=self.stride,
-                      pad=self.pad, dilation=self.dilation, group=self.group,
-                      bias_term=self.bias_term, data_format=self.data_format)
-        return config

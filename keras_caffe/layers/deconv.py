@@ -4,12 +4,12 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import (CaffeBlobs, Fillers, check_data_format, from_nhwc, pair, register,
-                                     to_nhwc)
+from keras_caffe.layers.base import CaffeBlobs, Fillers, from_nhwc, register, to_nhwc
+from keras_caffe.layers.conv import ConvolutionParameters
 
 
 @register
-class Deconvolution(Fillers, CaffeBlobs, keras.layers.Layer):
+class Deconvolution(ConvolutionParameters):
     """Caffe's Deconvolution: the transposed (backward) convolution, with groups.
 
     Each input pixel scatters ``x[i] * W[i, j]`` into output channel ``j`` of
@@ -35,17 +35,8 @@ class Deconvolution(Fillers, CaffeBlobs, keras.layers.Layer):
     #: larger ones run one transposed convolution per group.
     dense_group_limit = 1 << 22
 
-    def __init__(self, num_output, kernel_size, stride=1, pad=0, dilation=1, group=1,
-                 bias_term=True, data_format="channels_last", **kwargs):
-        super().__init__(**kwargs)
-        self.num_output = int(num_output)
-        self.kernel_size = pair(kernel_size)
-        self.stride = pair(stride)
-        self.pad = pair(pad)
-        self.dilation = pair(dilation)
-        self.group = int(group)
-        self.bias_term = bool(bias_term)
-        self.data_format = check_data_format(data_format)
+    def __init__(self, num_output, kernel_size, **kwargs):
+        super().__init__(num_output, kernel_size, **kwargs)
         if self.num_output % self.group:
             raise ValueError(f"group {self.group} must divide num_output {self.num_output}")
 
@@ -119,13 +110,6 @@ class Deconvolution(Fillers, CaffeBlobs, keras.layers.Layer):
 
     def caffe_from_keras_weights(self, weights):
         return [np.ascontiguousarray(weights[0].transpose(3, 2, 0, 1))] + list(weights[1:])
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_output=self.num_output, kernel_size=self.kernel_size, stride=self.stride,
-                      pad=self.pad, dilation=self.dilation, group=self.group,
-                      bias_term=self.bias_term, data_format=self.data_format)
-        return config
 
 
 @register
