@@ -6,7 +6,9 @@
    schedule as Caffe would step it.
 2. Trains a small Keras classifier with it through model.fit.
 3. If the golden Caffe recordings are present, replays one of them and
-   prints how far the Keras weights are from the weights BVLC Caffe wrote.
+   prints how far the Keras weights are from the weights BVLC Caffe wrote,
+   and imports a Caffe model (LeNet prototxt + caffemodel) and compares its
+   output with the output BVLC Caffe computed.
 """
 
 import argparse
@@ -105,6 +107,20 @@ def replay_golden(golden):
     )
 
 
+def import_golden(golden):
+    from keras_caffe.cli import layer_table
+    from keras_caffe.importers.api import import_net
+
+    folder = golden / "forward" / "lenet"
+    imported = import_net(folder / "deploy_used.prototxt", weights=folder / "weights.caffemodel")
+    console.print(layer_table(imported))
+    x = np.load(folder / "input.npy").transpose(0, 2, 3, 1)  # channels_last
+    prob = keras.ops.convert_to_numpy(imported.model(x))
+    caffe = np.load(folder / "outputs.npz")["prob"]
+    console.print(f"imported LeNet: largest |Keras - BVLC Caffe| output difference "
+                  f"{np.abs(prob - caffe).max():.2e}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = Path(__file__).resolve().parents[2] / "shared" / "golden"
@@ -120,6 +136,7 @@ def main():
     train_classifier(optimizer)
     if (args.golden / "solvers").is_dir():
         replay_golden(args.golden)
+        import_golden(args.golden)
     else:
         console.print(f"(no golden Caffe data at {args.golden}: replay skipped)")
 
