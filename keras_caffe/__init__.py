@@ -4,6 +4,9 @@
   Caffe's solvers as Keras optimizers, with Caffe's exact semantics.
 - ``keras_caffe.schedules``: Caffe's lr policies as ``LearningRateSchedule``.
 - ``optimizer_from_solver``: a ``solver.prototxt`` -> optimizer + schedule.
+- ``YellowFin``: the momentum auto-tuner (Zhang & Mitliagkas), with Caffe's
+  weight decay and multipliers; ``keras_caffe.callbacks.YellowFinMonitor``.
+- ``import_model`` / ``export_caffemodel``: Caffe nets <-> Keras models.
 """
 
 __version__ = "0.1.0"
@@ -23,12 +26,13 @@ from keras_caffe.optimizers import (
     CaffeOptimizer,
     Nesterov,
     RMSProp,
+    YellowFin,
 )
 from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
 
 __all__ = [
-    "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer",
+    "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer", "YellowFin",
     "optimizer_from_solver", "schedules", "import_model", "export_caffemodel", "param_multipliers", "layers",
     "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError",
 ]

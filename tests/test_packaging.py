@@ -42,7 +42,10 @@ def test_wheel_layout(wheel):
     assert packages == {"keras_caffe"}
     for required in ("keras_caffe/importers/__init__.py", "keras_caffe/importers/solver.py",
                      "keras_caffe/proto/caffe.proto", "keras_caffe/proto/caffe_pb2.py",
-                     "keras_caffe/optimizers/sgd.py", "keras_caffe/schedules.py"):
+                     "keras_caffe/optimizers/sgd.py", "keras_caffe/schedules.py",
+                     "keras_caffe/callbacks/__init__.py", "keras_caffe/callbacks/yellowfin.py",
+                     "keras_caffe/importers/converters/vision.py",
+                     "keras_caffe/importers/analyze/__init__.py"):
         assert required in names
 
 
@@ -67,7 +70,7 @@ def test_fresh_venv_imports_keras_caffe_importers(wheel, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     code = (
-        "import keras_caffe, keras_caffe.importers, keras_caffe.proto.caffe_pb2 as pb\n"
+        "import keras_caffe, keras_caffe.importers, keras_caffe.callbacks, keras_caffe.proto.caffe_pb2 as pb\n"
         "print(keras_caffe.__file__)\n"
         "print(keras_caffe.importers.__file__)\n"
         "opt = keras_caffe.optimizer_from_solver('base_lr: 0.1 lr_policy: \"fixed\" type: \"Adam\"')\n"

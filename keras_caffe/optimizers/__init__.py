@@ -7,8 +7,10 @@ from keras_caffe.optimizers.base import CaffeOptimizer
 from keras_caffe.optimizers.nesterov import Nesterov
 from keras_caffe.optimizers.rmsprop import RMSProp
 from keras_caffe.optimizers.sgd import SGD
+from keras_caffe.optimizers.yellowfin import YellowFin
 
 #: Solver ``type`` string -> optimizer class.
 SOLVERS = {cls.caffe_type: cls for cls in (SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam)}
 
-__all__ = ["CaffeOptimizer", "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "SOLVERS"]
+__all__ = ["CaffeOptimizer", "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam",
+           "YellowFin", "SOLVERS"]

@@ -150,14 +150,12 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         grads = [ops.convert_to_tensor(g) for g, _ in pairs]
         variables = [v for _, v in pairs]
         if self.iter_size == 1:
-            return super().apply(self.caffe_gradients(grads, variables), variables)
+            return self.apply_update(self.caffe_gradients(grads, variables), variables)
         sums = [self.slot(self._accumulators, v) for v in variables]
 
         def update():
             totals = [ops.add(s, g) for s, g in zip(sums, grads)]
-            keras.optimizers.Optimizer.apply(
-                self, self.caffe_gradients(totals, variables), variables
-            )
+            self.apply_update(self.caffe_gradients(totals, variables), variables)
             for s in sums:
                 s.assign(ops.zeros_like(s))
 
@@ -168,6 +166,12 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         is_update = ops.equal((self._micro_step + 1) % self.iter_size, 0)
         ops.cond(is_update, update, accumulate)
         self._micro_step.assign_add(1)
+
+    def apply_update(self, grads, variables):
+        """One update from Caffe-processed gradients: Keras's ``apply``, which
+        calls ``update_step`` per variable and counts ``iterations``. A
+        subclass that needs the whole gradient first (YellowFin) overrides it."""
+        return keras.optimizers.Optimizer.apply(self, grads, variables)
 
     def caffe_gradients(self, grads, variables):
         """Clip, normalize by ``iter_size`` and regularize, as Caffe does."""

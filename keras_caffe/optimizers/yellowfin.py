@@ -1,0 +1,259 @@
+"""YellowFin, the momentum and learning-rate tuner, as a Caffe-style optimizer."""
+
+import math
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_caffe._checks import check_int, check_number
+from keras_caffe._serializable import register
+from keras_caffe.errors import ArgumentError, KerasCaffeError
+from keras_caffe.optimizers import yellowfin_tuner as tuner
+from keras_caffe.optimizers.base import CaffeOptimizer
+
+_Schedule = keras.optimizers.schedules.LearningRateSchedule
+_FLAGS = ("zero_debias", "sparsity_debias", "use_unsmoothed_lr_mu", "h_min_log_smooth",
+          "h_max_log_smooth", "use_adaptive_clip", "use_nesterov")
+_AVERAGES = ("h_min_avg", "h_max_avg", "grad_norm_sq_avg", "grad_norm_avg", "dist_avg",
+             "grad_var_avg")
+
+
+@register
+class YellowFin(CaffeOptimizer):
+    """YellowFin (Zhang & Mitliagkas, MLSys 2019): momentum SGD whose rate and
+    momentum are tuned at every update from gradient statistics.
+
+    ``g`` is the gradient after Caffe's pipeline (``iter_size``,
+    ``clip_gradients``, ``weight_decay`` with ``decay_mult``), then
+    ``clip_thresh`` (global norm) and, with ``use_adaptive_clip``, clipped to
+    ``sqrt(stat_protect_fac * h_max)`` (the previous update's ``h_max``). From
+    it, with averages ``avg`` of rate ``beta`` (zero-debiased by default):
+
+    - ``h_min``, ``h_max``: averages of the min and max of ``||g||^2`` over the
+      last ``curv_win_width`` updates (of their logs with ``h_*_log_smooth``);
+    - ``C = max(avg(||g||^2) - ||avg(g)||^2, 1e-6)``, the gradient variance;
+    - ``D = avg(avg(||g||) / avg(||g||^2))``, the distance to the optimum.
+
+    From the second update on, SingleStep gives ``sqrt(mu) = max(x,
+    (sqrt(h_max/h_min) - 1) / (sqrt(h_max/h_min) + 1))`` where ``x`` minimises
+    ``x^2 D^2 + (1 - x)^4 C / h_min^2`` (a cubic, solved in closed form), and
+    ``alpha = (1 - sqrt(mu))^2 / h_min``, at most ``alpha (t + 1) / (10 w)``
+    (slow start). The first update uses ``learning_rate`` and ``momentum``.
+    With ``use_adaptive_clip``, ``g`` is clipped to ``sqrt(h_max)`` (previous
+    update) before the step. With ``r = alpha * lr_factor * lr_mult``::
+
+        v <- mu * v + g
+        w <- w - r * v                  (use_nesterov: w <- w - r * (g + mu * v))
+
+    A gradient with a NaN or inf (or a squared norm beyond float32) skips the
+    update: no weight or statistic changes, ``iterations`` does not advance
+    and ``skipped_steps`` does (under ``mixed_float16`` the
+    ``LossScaleOptimizer`` skips such steps first).
+    Guards, as the authors': curvature samples are ``||g||^2 + 1e-6``, C is
+    floored at 1e-6 and ``D``'s denominator is ``avg(||g||^2) + 1e-6``.
+    Not supported: ``tf.distribute`` with more than one replica.
+
+    Args:
+        learning_rate, momentum: used for the first update only (a number;
+            schedule the tuned rate with ``lr_factor``).
+        lr_factor: a float or a ``LearningRateSchedule`` of ``iterations``
+            multiplying the tuned rate (paper, Appendix J.4).
+        clip_thresh: clip the gradient's global norm to this; None: off.
+        beta: rate of every average, in (0, 1).
+        curv_win_width: the curvature window, >= 1.
+        zero_debias: divide the zero-started averages by ``1 - beta^t``.
+        sparsity_debias: scale the statistics by the gradient's average
+            density (for sparse gradients such as embeddings).
+        use_unsmoothed_lr_mu: use SingleStep's values directly; False smooths
+            them with ``beta`` (the paper's Algorithm 1).
+        h_min_log_smooth, h_max_log_smooth: average log-curvatures.
+        use_adaptive_clip, stat_protect_fac: the adaptive clipping of the
+            paper's Appendix F.
+        use_nesterov: Nesterov momentum.
+        **kwargs: the shared Caffe arguments of ``CaffeOptimizer``.
+
+    ``tuned_learning_rate``, ``tuned_momentum``, ``h_min``, ``h_max``,
+    ``grad_var``, ``dist_to_opt`` and ``skipped_steps`` read the state (NaN for
+    the statistics before the first update).
+    Reference: the authors' TensorFlow ``YFOptimizer``, JianGoForIt/YellowFin
+    tuner_utils/yellowfin.py; ``keras_caffe.optimizers.yellowfin_tuner``.
+    """
+
+    caffe_type = None  # no Caffe solver: a solver file cannot name it
+    solver_fields = ("momentum", "clip_thresh", "beta", "curv_win_width",
+                     "stat_protect_fac") + _FLAGS
+    slot_names = ("velocity", "grad_avg")
+
+    def __init__(self, learning_rate=1e-4, momentum=0.0, *, lr_factor=1.0, clip_thresh=None,
+                 beta=0.999, curv_win_width=20, zero_debias=True, sparsity_debias=False,
+                 use_unsmoothed_lr_mu=True, h_min_log_smooth=True, h_max_log_smooth=True,
+                 use_adaptive_clip=True, stat_protect_fac=100.0, use_nesterov=False, **kwargs):
+        owner = type(self).__name__
+        if isinstance(learning_rate, _Schedule) or callable(learning_rate):
+            raise ArgumentError(owner, "learning_rate", "must be a number (the rate before "
+                                "tuning starts); schedule the tuned rate with `lr_factor`")
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.momentum = check_number(owner, "momentum", momentum, high=1.0, high_open=True)
+        self._lr_factor = lr_factor if isinstance(lr_factor, _Schedule) else \
+            check_number(owner, "lr_factor", lr_factor)
+        if clip_thresh is not None:
+            clip_thresh = check_number(owner, "clip_thresh", clip_thresh, low_open=True)
+        self.clip_thresh = clip_thresh
+        self.beta = check_number(owner, "beta", beta, high=1.0, low_open=True, high_open=True)
+        self.curv_win_width = check_int(owner, "curv_win_width", curv_win_width, low=1)
+        self.stat_protect_fac = check_number(owner, "stat_protect_fac", stat_protect_fac,
+                                             low_open=True)
+        flags = locals()
+        for name in _FLAGS:
+            if not isinstance(flags[name], bool):
+                raise ArgumentError(owner, name, f"must be True or False, got {flags[name]!r}")
+            setattr(self, name, flags[name])
+
+    def build(self, variables):
+        if self.built:
+            return
+        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            raise KerasCaffeError(
+                "YellowFin: tf.distribute with several replicas is not supported (the "
+                "statistics would see each replica's gradient, not their sum)")
+        super().build(variables)
+
+        def scalar(name, dtype="float32", shape=()):
+            return self.add_variable(shape=shape, dtype=dtype, name=name)
+
+        self._yf_lr = scalar("yf_lr")
+        self._yf_mu = scalar("yf_mu")
+        self._lr_factor_value = self.add_variable(
+            shape=(), dtype="float32", name="lr_factor",
+            initializer=keras.initializers.Constant(
+                1.0 if isinstance(self._lr_factor, _Schedule) else self._lr_factor))
+        self._skipped_steps = scalar("skipped_steps", "int64")
+        self._curv_win = scalar("curv_win", shape=(self.curv_win_width,))
+        for name in _AVERAGES + (("sparsity_avg",) if self.sparsity_debias else ()):
+            setattr(self, "_" + name, scalar(name))
+
+    # -- the update ------------------------------------------------------------
+
+    def apply_update(self, grads, variables):
+        # ||g||^2 is NaN or inf iff some entry is (or the norm overflows, which
+        # would poison the statistics as surely): one pass tests and measures.
+        # A skipped step never reaches Optimizer.apply, so `iterations` stays.
+        sq_norm = ops.sum(ops.stack([ops.sum(ops.square(ops.cast(g, "float32")))
+                                     for g in grads]))
+
+        def update():
+            scale = self._tune(grads, variables, sq_norm)
+            scaled = grads if scale is None else [
+                ops.multiply(g, ops.cast(scale, g.dtype)) for g in grads]
+            super(YellowFin, self).apply_update(scaled, variables)
+
+        def skip():
+            self._skipped_steps.assign_add(1)
+
+        ops.cond(ops.isfinite(sq_norm), update, skip)
+
+    def _step_rate(self):
+        """The tuned rate times ``lr_factor``, as the momentum step uses it."""
+        factor = (self._lr_factor(self.iterations) if isinstance(self._lr_factor, _Schedule)
+                  else self._lr_factor_value)
+        return self._yf_lr * ops.cast(factor, "float32")
+
+    def update_step(self, gradient, variable, learning_rate):
+        v = self.slot(self.velocity, variable)
+        mu = ops.cast(self._yf_mu, variable.dtype)
+        rate = self.local_rate(self._step_rate(), variable)
+        v_new = ops.add(ops.multiply(mu, v), gradient)
+        self.assign(v, v_new)
+        step = ops.add(gradient, ops.multiply(mu, v_new)) if self.use_nesterov else v_new
+        self.assign_sub(variable, ops.multiply(rate, step))
+
+    def _tune(self, grads, variables, sq_norm):
+        """Measure, tune and store mu and the rate; return the gradient scale."""
+        learning_rate = self.learning_rate
+        t_int = ops.copy(self.iterations)  # a read, not the variable
+        t = ops.cast(t_int, "float32")
+        tuning = ops.greater(t_int, 0)
+        h_max_prev = tuner.stored_estimates(self)[1]
+        (h_min, h_max, grad_var, dist), scale, norm = tuner.measure(
+            self, grads, variables, sq_norm, t_int, tuning, h_max_prev)
+        mu, alpha = tuner.single_step(grad_var, dist, h_min, h_max)
+        alpha = ops.minimum(alpha, alpha * (t + 1.0) / (10.0 * self.curv_win_width))
+        prev_mu = ops.where(tuning, self._yf_mu, self.momentum)
+        prev_lr = ops.where(tuning, self._yf_lr, ops.cast(learning_rate, "float32"))
+        mu, alpha = ops.where(tuning, mu, prev_mu), ops.where(tuning, alpha, prev_lr)
+        if not self.use_unsmoothed_lr_mu:
+            mu = self.beta * prev_mu + (1.0 - self.beta) * mu
+            alpha = self.beta * prev_lr + (1.0 - self.beta) * alpha
+        self.assign(self._yf_mu, mu)
+        self.assign(self._yf_lr, alpha)
+
+        if self.use_adaptive_clip:
+            scale = scale * ops.where(tuning, tuner.clip_scale(norm, ops.sqrt(h_max_prev)), 1.0)
+        return scale
+
+    # -- reading the tuner -------------------------------------------------------
+
+    def _measured(self, index):
+        if not self.built:
+            return math.nan
+        value = tuner.stored_estimates(self)[index]
+        return ops.where(ops.greater(self.iterations, 0), value, math.nan)
+
+    @property
+    def tuned_learning_rate(self):
+        """The rate of the last update (``learning_rate`` before the first)."""
+        if not self.built:
+            return float(self.learning_rate)
+        return ops.where(ops.greater(self.iterations, 0), self._yf_lr,
+                         ops.cast(self.learning_rate, "float32"))
+
+    @property
+    def tuned_momentum(self):
+        """The momentum of the last update (``momentum`` before the first)."""
+        if not self.built:
+            return self.momentum
+        return ops.where(ops.greater(self.iterations, 0), self._yf_mu, self.momentum)
+
+    h_min = property(lambda self: self._measured(0), doc="The curvature range's low end.")
+    h_max = property(lambda self: self._measured(1), doc="The curvature range's high end.")
+    grad_var = property(lambda self: self._measured(2), doc="C, the gradient variance.")
+    dist_to_opt = property(lambda self: self._measured(3), doc="D, the distance to the optimum.")
+
+    @property
+    def skipped_steps(self):
+        """How many updates were skipped for a NaN or inf gradient."""
+        return ops.copy(self._skipped_steps) if self.built else 0
+
+    @property
+    def lr_factor(self):
+        """The tuned rate's multiplier: its schedule, or its current value."""
+        if isinstance(self._lr_factor, _Schedule) or not self.built:
+            return self._lr_factor
+        return float(self._lr_factor_value.numpy())
+
+    @lr_factor.setter
+    def lr_factor(self, value):
+        if isinstance(self._lr_factor, _Schedule) or isinstance(value, _Schedule):
+            raise ArgumentError(type(self).__name__, "lr_factor",
+                                "can only be set to a number, on an optimizer made with one")
+        self._lr_factor = check_number(type(self).__name__, "lr_factor", value)
+        if self.built:
+            self._lr_factor_value.assign(self._lr_factor)
+
+    # -- serialization ---------------------------------------------------------------
+
+    def get_config(self):
+        config = super().get_config()
+        factor = self.lr_factor
+        config["lr_factor"] = keras.optimizers.schedules.serialize(factor) \
+            if isinstance(factor, _Schedule) else factor
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        if isinstance(config.get("lr_factor"), dict):
+            config["lr_factor"] = keras.optimizers.schedules.deserialize(
+                config["lr_factor"], custom_objects=custom_objects)
+        return super().from_config(config, custom_objects=custom_objects)

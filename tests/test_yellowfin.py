@@ -1,0 +1,525 @@
+"""YellowFin: an independent float64 transcription of the paper's equations
+fed the optimizer's gradient sequence (open loop: the gradients do not depend
+on the weights), the cubic against numpy.roots, NaN/inf skipping, arguments,
+serialization, save/load resume, model.fit with and without XLA and under
+mixed_float16, Caffe's weight decay and lr_mult, and YellowFinMonitor."""
+
+import copy
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_caffe import schedules
+from keras_caffe.callbacks import YellowFinMonitor
+from keras_caffe.errors import ArgumentError, KerasCaffeError
+from keras_caffe.optimizers import yellowfin_tuner
+from keras_caffe.optimizers.yellowfin import YellowFin
+from support import caffe_weights, sparse_softmax_loss, tiny_mlp
+
+EPS = 1e-6
+STATS = ("h_min", "h_max", "C", "D", "mu", "alpha")
+
+
+# -- the independent reference ------------------------------------------------------
+
+
+def real_root(p):
+    """The root in (0, 1) of p x = (1 - x)^3, by numpy.roots."""
+    roots = np.roots([-1.0, 3.0, -(3.0 + p), 1.0])
+    root = roots[np.argmin(np.abs(roots.imag))]
+    assert abs(root.imag) < 1e-9 and 0.0 < root.real < 1.0
+    return root.real
+
+
+class Reference:
+    """YellowFin in float64, literally: biased EMAs from zero divided by
+    1 - beta^t, the curvature window as a list, C = avg(||g||^2) - ||avg(g)||^2,
+    the cubic by numpy.roots, clipping by explicit global norms."""
+
+    def __init__(self, weights, learning_rate=1e-4, momentum=0.0, lr_factor=1.0,
+                 clip_thresh=None, beta=0.999, curv_win_width=20, zero_debias=True,
+                 sparsity_debias=False, use_unsmoothed_lr_mu=True, h_min_log_smooth=True,
+                 h_max_log_smooth=True, use_adaptive_clip=True, stat_protect_fac=100.0,
+                 use_nesterov=False, lr_mult=None):
+        self.cfg = dict(locals())
+        self.w = [np.array(w, np.float64) for w in weights]
+        self.v = [np.zeros_like(w) for w in self.w]
+        self.lr_mult = lr_mult or [1.0] * len(self.w)
+        self.lr, self.mu = learning_rate, momentum
+        self.t, self.biased, self.window, self.h_max_prev = 0, {}, [], None
+        self.clipped = {"clip_thresh": 0, "protect": 0, "h_max": 0}  # steps each clip bit
+
+    def avg(self, key, x):
+        beta = self.cfg["beta"]
+        self.biased[key] = beta * self.biased.get(key, 0.0) + (1 - beta) * x
+        debias = 1 - beta ** (self.t + 1) if self.cfg["zero_debias"] else 1.0
+        return self.biased[key] / debias
+
+    def step(self, grads):
+        c, t = self.cfg, self.t
+        norm = lambda gs: math.sqrt(sum(float(np.sum(x * x)) for x in gs))  # noqa: E731
+        g = [np.array(x, np.float64) for x in grads]
+        if c["clip_thresh"] is not None:
+            self.clipped["clip_thresh"] += norm(g) > c["clip_thresh"]
+            g = [x * c["clip_thresh"] / max(norm(g), c["clip_thresh"]) for x in g]
+        if c["use_adaptive_clip"] and t > 0:
+            limit = math.sqrt(c["stat_protect_fac"] * self.h_max_prev)
+            self.clipped["protect"] += norm(g) > limit
+            g = [x * limit / max(norm(g), limit) for x in g]
+        h = norm(g) ** 2
+        self.window = (self.window + [h + EPS])[-c["curv_win_width"]:]
+        lo, hi = min(self.window), max(self.window)
+        h_min = math.exp(self.avg("lo", math.log(lo))) if c["h_min_log_smooth"] \
+            else self.avg("lo", lo)
+        h_max = math.exp(self.avg("hi", math.log(hi))) if c["h_max_log_smooth"] \
+            else self.avg("hi", hi)
+        sq = self.avg("sq", h)
+        mean = [self.avg(("g", i), x) for i, x in enumerate(g)]
+        C = max(sq - sum(float(np.sum(m * m)) for m in mean), EPS)
+        D = self.avg("d", self.avg("n", math.sqrt(h)) / (sq + EPS))
+        if c["sparsity_debias"]:
+            density = sum(np.count_nonzero(x) for x in g) / sum(x.size for x in g)
+            density = max(self.avg("s", density), EPS)
+            h_min, h_max, C = h_min * density, h_max * density, C * density
+            D = D / math.sqrt(density)
+        if t > 0:
+            x = real_root(D ** 2 * h_min ** 2 / (2 * C))
+            r = math.sqrt(max(h_max / h_min, 1.0))
+            mu = max(x ** 2, ((r - 1) / (r + 1)) ** 2)
+            alpha = (1 - math.sqrt(mu)) ** 2 / h_min
+            alpha = min(alpha, alpha * (t + 1) / (10 * c["curv_win_width"]))
+        else:
+            mu, alpha = self.mu, self.lr
+        if not c["use_unsmoothed_lr_mu"]:
+            mu = c["beta"] * self.mu + (1 - c["beta"]) * mu
+            alpha = c["beta"] * self.lr + (1 - c["beta"]) * alpha
+        self.mu, self.lr = mu, alpha
+        if c["use_adaptive_clip"] and t > 0:
+            limit = math.sqrt(self.h_max_prev)
+            self.clipped["h_max"] += norm(g) > limit
+            g = [x * limit / max(norm(g), limit) for x in g]
+        factor = c["lr_factor"](t) if callable(c["lr_factor"]) else c["lr_factor"]
+        for i, x in enumerate(g):
+            self.v[i] = mu * self.v[i] + x
+            step = x + mu * self.v[i] if c["use_nesterov"] else self.v[i]
+            self.w[i] = self.w[i] - alpha * factor * self.lr_mult[i] * step
+        self.h_max_prev, self.t = h_max, t + 1
+        return dict(h_min=h_min, h_max=h_max, C=C, D=D, mu=mu, alpha=alpha)
+
+
+def observed(optimizer):
+    return {key: float(getattr(optimizer, name)) for key, name in zip(STATS, (
+        "h_min", "h_max", "grad_var", "dist_to_opt", "tuned_momentum", "tuned_learning_rate"))}
+
+
+# -- gradient sequences -----------------------------------------------------------------
+
+
+def quadratic_gradients(steps=32, seed=0, sparse=False):
+    """Noisy quadratic: g = H * x_t + noise along an open-loop path x_t -> 0,
+    curvatures over two decades, one exploding gradient (step 12)."""
+    rng = np.random.default_rng(seed)
+    shapes = [(6,), (3, 2)]
+    curv = [np.logspace(-1, 1, int(np.prod(s))).reshape(s) for s in shapes]
+    x0 = [rng.normal(size=s) * 3 for s in shapes]
+    out = []
+    for t in range(steps):
+        g = [c * x * 0.95 ** t + 0.3 * rng.normal(size=c.shape) for c, x in zip(curv, x0)]
+        if t == 12:
+            g = [50 * x for x in g]
+        if sparse:
+            g = [x * (rng.random(x.shape) < 0.6) for x in g]
+        out.append([x.astype("float32") for x in g])
+    return [np.zeros(s, "float32") + 0.5 for s in shapes], out
+
+
+def mlp_gradients(steps=30, seed=0):
+    """The tiny MLP's minibatch gradients along a plain-SGD trajectory, with
+    one spike (x40 at step 15)."""
+    rng = np.random.default_rng(seed)
+    keras.utils.set_random_seed(seed)
+    model = tiny_mlp()
+    x = rng.normal(size=(steps, 16, 20)).astype("float32")
+    y = rng.integers(0, 5, size=(steps, 16))
+    loss_fn = sparse_softmax_loss()
+    start = [v.numpy() for v in model.trainable_variables]
+    out = []
+    for t in range(steps):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[t], model(x[t]))
+        grads = tape.gradient(loss, model.trainable_variables)
+        out.append([g.numpy() * (40 if t == 15 else 1) for g in grads])
+        for v, g in zip(model.trainable_variables, grads):
+            v.assign_sub(0.5 * g)
+    return start, out
+
+
+def run_open_loop(start, sequence, config, traced=False):
+    variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
+    optimizer = YellowFin(**config)
+    reference = Reference(start, **config)
+    apply = tf.function(lambda grads: optimizer.apply(grads, variables)) if traced \
+        else (lambda grads: optimizer.apply(grads, variables))
+    for t, grads in enumerate(sequence):
+        apply([tf.constant(g) for g in grads])
+        expected, got = reference.step(grads), observed(optimizer)
+        for key in STATS:
+            np.testing.assert_allclose(got[key], expected[key], rtol=1e-4,
+                                       err_msg=f"{key} at step {t}")
+    for var, w in zip(variables, reference.w):
+        np.testing.assert_allclose(var.numpy(), w, rtol=1e-4, atol=1e-6)
+    assert int(optimizer.iterations) == len(sequence)
+    if config.get("use_adaptive_clip", True) and config.get("clip_thresh"):
+        assert min(reference.clipped.values()) > 0, reference.clipped  # each clip bit
+    return optimizer, apply
+
+
+# "on": the spike (x50 at step 12 of the quadratic, x40 at step 15 of the MLP)
+# exceeds clip_thresh, then 10 sqrt(h_max), then sqrt(h_max).
+CLIPPING = {"off": dict(use_adaptive_clip=False),
+            "on": dict(clip_thresh=200.0, use_adaptive_clip=True)}
+SMOOTHING = {"unsmoothed": dict(),
+             "smoothed": dict(use_unsmoothed_lr_mu=False, beta=0.9, momentum=0.5,
+                              learning_rate=0.01)}
+
+
+@pytest.mark.parametrize("smoothing", SMOOTHING)
+@pytest.mark.parametrize("clipping", CLIPPING)
+def test_noisy_quadratic_matches_the_equations(clipping, smoothing):
+    start, sequence = quadratic_gradients()
+    config = dict(curv_win_width=5, **CLIPPING[clipping], **SMOOTHING[smoothing])
+    optimizer, _ = run_open_loop(start, sequence, config)
+    assert 0.0 < float(optimizer.tuned_momentum) < 1.0
+
+
+@pytest.mark.parametrize("smoothing", SMOOTHING)
+@pytest.mark.parametrize("clipping", CLIPPING)
+def test_mlp_gradients_match_the_equations(clipping, smoothing):
+    start, sequence = mlp_gradients()
+    clip = dict(CLIPPING[clipping], clip_thresh=20.0) if clipping == "on" else CLIPPING[clipping]
+    optimizer, apply = run_open_loop(
+        start, sequence, dict(curv_win_width=8, **clip, **SMOOTHING[smoothing]), traced=True)
+    # One traced function of device ops: no host callbacks (py_func) anywhere.
+    graph = apply.get_concrete_function(
+        [tf.constant(g) for g in sequence[0]]).graph.as_graph_def()
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    assert len(nodes) > 100 and not [n.op for n in nodes if "PyFunc" in n.op]
+
+
+@pytest.mark.parametrize("variant", [
+    dict(zero_debias=False, beta=0.9, h_min_log_smooth=False, h_max_log_smooth=False),
+    dict(sparsity_debias=True, use_nesterov=True, lr_factor=0.5, stat_protect_fac=4.0),
+    dict(lr_factor=schedules.Step(1.0, gamma=0.5, stepsize=10), curv_win_width=1, beta=0.99),
+], ids=["no-debias-linear", "sparse-nesterov", "factor-schedule"])
+def test_options_match_the_equations(variant):
+    start, sequence = quadratic_gradients(sparse=variant.get("sparsity_debias", False))
+    ref_variant = dict(variant)
+    if "lr_factor" in variant and not isinstance(variant["lr_factor"], float):
+        ref_variant["lr_factor"] = lambda t: float(variant["lr_factor"](t))
+    variables = [keras.Variable(w) for w in start]
+    optimizer, reference = YellowFin(**variant), Reference(start, **ref_variant)
+    for t, grads in enumerate(sequence):
+        optimizer.apply([tf.constant(g) for g in grads], variables)
+        expected, got = reference.step(grads), observed(optimizer)
+        for key in STATS:
+            np.testing.assert_allclose(got[key], expected[key], rtol=1e-4, err_msg=f"{key} at {t}")
+    for var, w in zip(variables, reference.w):
+        np.testing.assert_allclose(var.numpy(), w, rtol=1e-4, atol=1e-6)
+
+
+# -- the cubic ----------------------------------------------------------------------------
+
+
+def test_cubic_matches_numpy_roots():
+    rng = np.random.default_rng(7)
+    C = 10.0 ** rng.uniform(-4, 3, 500)
+    D = 10.0 ** rng.uniform(-3, 2, 500)
+    h_min = 10.0 ** rng.uniform(-3, 3, 500)
+    p = D ** 2 * h_min ** 2 / (2 * C)
+    keep = (p > 1e-9) & (p < 1e9)  # where numpy.roots itself is accurate
+    expected = np.array([real_root(q) for q in p[keep]])
+    for dtype, rtol in (("float64", 1e-8), ("float32", 2e-6)):
+        got = np.asarray(yellowfin_tuner.solve_sqrt_mu(tf.constant(p[keep], dtype)))
+        np.testing.assert_allclose(got, expected, rtol=rtol)
+    # It is the minimiser of x^2 D^2 + (1 - x)^4 C / h_min^2 on [0, 1].
+    x = np.asarray(yellowfin_tuner.solve_sqrt_mu(tf.constant(p, "float64")))
+    grid = np.linspace(0, 1, 20001)[:, None]
+    f = grid ** 2 * D ** 2 + (1 - grid) ** 4 * C / h_min ** 2
+    best = grid[np.argmin(f, axis=0), 0]
+    assert np.max(np.abs(x - best)) <= 1e-4
+    # Extremes stay finite and in (0, 1].
+    extreme = np.asarray(yellowfin_tuner.solve_sqrt_mu(tf.constant([1e-30, 1e-12, 1e12, 1e30],
+                                                                   "float32")))
+    assert np.all(np.isfinite(extreme)) and np.all((extreme > 0) & (extreme <= 1))
+    np.testing.assert_allclose(extreme[2:], [1e-12, 1e-30], rtol=1e-5)
+
+
+# -- NaN and inf ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad, mode", [(np.nan, "eager"), (np.inf, "graph"), (np.nan, "xla"),
+                                       (3e19, "graph")])  # 3e19: ||g||^2 overflows float32
+def test_non_finite_gradient_skips_the_step(bad, mode):
+    start, sequence = quadratic_gradients(steps=8)
+    variables = [keras.Variable(w) for w in start]
+    optimizer = YellowFin(curv_win_width=3)
+    optimizer.build(variables)
+    apply = lambda grads: optimizer.apply(grads, variables)  # noqa: E731
+    if mode != "eager":
+        apply = tf.function(apply, jit_compile=mode == "xla")
+    for grads in sequence[:4]:
+        apply([tf.constant(g) for g in grads])
+    before = [v.numpy().copy() for v in optimizer.variables + variables]
+    poisoned = [g.copy() for g in sequence[4]]
+    poisoned[1][0, 1] = bad
+    apply([tf.constant(g) for g in poisoned])
+    assert int(optimizer.skipped_steps) == 1 and int(optimizer.iterations) == 4
+    for value, var in zip(before, optimizer.variables + variables):
+        if var is not optimizer._skipped_steps:
+            np.testing.assert_array_equal(var.numpy(), value, err_msg=var.path)
+    for grads in sequence[4:]:
+        apply([tf.constant(g) for g in grads])
+    # The same as never having seen the bad gradient.
+    reference = Reference(start, curv_win_width=3)
+    for grads in sequence:
+        reference.step(grads)
+    for var, w in zip(variables, reference.w):
+        np.testing.assert_allclose(var.numpy(), w, rtol=1e-4, atol=1e-6)
+
+
+# -- arguments and state ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("beta", 0.0), ("beta", 1.0), ("beta", 1.5), ("beta", -0.1), ("beta", float("nan")),
+    ("curv_win_width", 0), ("curv_win_width", 2.5), ("clip_thresh", -1.0), ("clip_thresh", 0.0),
+    ("learning_rate", -0.1), ("learning_rate", schedules.Fixed(0.1)), ("momentum", -0.5),
+    ("momentum", 1.0), ("lr_factor", -1.0), ("lr_factor", "x"), ("stat_protect_fac", 0.0),
+    ("zero_debias", "yes"), ("use_nesterov", 1), ("weight_decay", -1.0), ("clipnorm", 1.0),
+])
+def test_bad_argument_is_refused_with_its_name(argument, value):
+    with pytest.raises(ArgumentError) as info:
+        YellowFin(**{argument: value})
+    assert info.value.argument == argument
+    assert str(info.value).startswith(f"YellowFin: `{argument}`")
+
+
+def test_state_is_optimizer_variables():
+    model = tiny_mlp()
+    optimizer = YellowFin(name="yf", sparsity_debias=True, curv_win_width=7)
+    optimizer.build(model.trainable_variables)
+    paths = {v.path for v in optimizer.variables}
+    for name in ("iteration", "yf_lr", "yf_mu", "lr_factor", "skipped_steps", "curv_win",
+                 "h_min_avg", "h_max_avg", "grad_norm_sq_avg", "grad_norm_avg", "dist_avg",
+                 "grad_var_avg", "sparsity_avg"):
+        assert f"yf/{name}" in paths
+    for v in model.trainable_variables:
+        for slot in ("velocity", "grad_avg"):
+            assert f"yf/{v.path.replace('/', '_')}_{slot}" in paths
+    assert optimizer._curv_win.shape == (7,)
+    assert math.isnan(float(optimizer.h_min))
+    assert float(optimizer.tuned_learning_rate) == pytest.approx(1e-4)
+
+
+def test_config_round_trip():
+    optimizer = YellowFin(
+        0.01, 0.3, lr_factor=schedules.Step(1.0, gamma=0.5, stepsize=3), clip_thresh=2.0,
+        beta=0.99, curv_win_width=5, zero_debias=False, sparsity_debias=True,
+        use_unsmoothed_lr_mu=False, h_min_log_smooth=False, h_max_log_smooth=False,
+        use_adaptive_clip=False, stat_protect_fac=10.0, use_nesterov=True, weight_decay=1e-3,
+        regularization_type="L1", clip_gradients=5.0, iter_size=2, lr_mult={"*/bias": 2.0},
+        decay_mult={"*/bias": 0.0})
+    config = optimizer.get_config()
+    restored = YellowFin.from_config(copy.deepcopy(config))
+    assert restored.get_config() == config
+    serialized = keras.optimizers.serialize(optimizer)
+    assert serialized["registered_name"] == "keras_caffe>YellowFin"
+    again = keras.optimizers.deserialize(serialized)
+    assert type(again) is YellowFin and again.get_config() == config
+    plain = YellowFin(lr_factor=0.25)
+    assert YellowFin.from_config(plain.get_config()).lr_factor == 0.25
+
+
+# -- model.fit -------------------------------------------------------------------------------------
+
+
+def dataset(seed=0, n=256):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 20)).astype("float32")
+    y = np.argmax(x @ rng.normal(size=(20, 5)), axis=1).astype("int32")
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+
+
+def initial_weights(seed=0):
+    keras.utils.set_random_seed(seed)
+    return caffe_weights(tiny_mlp())
+
+
+def fit(optimizer, batches, init, jit_compile=False, callbacks=(), model=None, skip=0, epochs=1):
+    model = model or tiny_mlp(init)
+    model.compile(optimizer=optimizer, loss=sparse_softmax_loss(), jit_compile=jit_compile)
+    history = model.fit(dataset().skip(skip), steps_per_epoch=batches, epochs=epochs, verbose=0,
+                        shuffle=False, callbacks=list(callbacks))
+    return model, history
+
+
+FULL = dict(learning_rate=0.05, momentum=0.5, curv_win_width=4, clip_thresh=3.0, weight_decay=1e-3,
+            iter_size=2, lr_mult={"ip1/bias": 2.0}, decay_mult={"*/bias": 0.0},
+            lr_factor=schedules.Step(1.0, gamma=0.5, stepsize=3), use_unsmoothed_lr_mu=False,
+            beta=0.9)
+
+
+def test_fit_graph_and_xla_agree():
+    init = initial_weights()
+    graph, history = fit(YellowFin(**FULL), 24, init)
+    xla, _ = fit(YellowFin(**FULL), 24, init, jit_compile=True)
+    assert int(xla.optimizer.iterations) == 12
+    assert np.isfinite(history.history["loss"][0])
+    for name, value in caffe_weights(xla).items():
+        np.testing.assert_allclose(value, caffe_weights(graph)[name], rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+    assert np.abs(caffe_weights(xla)["ip1_w"] - init["ip1_w"]).max() > 1e-3
+
+
+def test_defaults_train_the_mlp():
+    """Closed loop, defaults: the tuned rate grows out of the slow start and
+    the loss falls (1.8 -> 0.6 in 120 updates)."""
+    model, history = fit(YellowFin(), 20, initial_weights(), epochs=6)
+    loss = history.history["loss"]
+    assert loss[-1] < 0.5 * loss[0] and all(b < a for a, b in zip(loss, loss[1:]))
+    optimizer = model.optimizer
+    assert float(optimizer.tuned_learning_rate) > 0.1
+    assert 0.1 < float(optimizer.tuned_momentum) < 0.5
+    assert int(optimizer.skipped_steps) == 0
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_mixed_float16(jit_compile):
+    init = initial_weights()
+    config = dict(FULL, clip_thresh=None)
+    reference, _ = fit(YellowFin(**config), 8, init, jit_compile=jit_compile)
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    model, history = fit(YellowFin(**config), 8, init, jit_compile=jit_compile,
+                         callbacks=[YellowFinMonitor()])
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    inner = model.optimizer.inner_optimizer
+    assert type(inner) is YellowFin and int(inner.iterations) == 4
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+    assert history.history["yf_lr"][0] == pytest.approx(float(inner.tuned_learning_rate))
+    for name, value in caffe_weights(model).items():
+        ref = caffe_weights(reference)[name]
+        np.testing.assert_allclose(value, ref, rtol=0, atol=2e-3 * (1 + np.abs(ref).max()),
+                                   err_msg=name)
+
+
+def test_save_load_resumes_exactly(tmp_path):
+    """N + N batches through model.save/load_model equal 2N; saved mid
+    iter_size accumulation and after the curvature window has wrapped."""
+    init = initial_weights()
+    reference, _ = fit(YellowFin(**FULL), 22, init)
+    first, _ = fit(YellowFin(**FULL), 11, init)
+    optimizer = first.optimizer
+    assert int(optimizer.iterations) == 5
+    path = tmp_path / "model.keras"
+    first.save(path)
+    resumed = keras.models.load_model(path)
+    restored = resumed.optimizer
+    assert type(restored) is YellowFin and int(restored.iterations) == 5
+    assert len(restored.variables) == len(optimizer.variables)
+    for ours, theirs in zip(restored.variables, optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs), err_msg=ours.path)
+    resumed.fit(dataset().skip(11), steps_per_epoch=11, epochs=1, verbose=0, shuffle=False)
+    assert int(restored.iterations) == 11
+    for name, value in caffe_weights(resumed).items():
+        np.testing.assert_allclose(value, caffe_weights(reference)[name], rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
+    for name in ("tuned_learning_rate", "tuned_momentum", "h_min", "h_max", "grad_var"):
+        assert float(getattr(restored, name)) == pytest.approx(
+            float(getattr(reference.optimizer, name)), rel=1e-6)
+
+
+# -- Caffe's weight decay and lr_mult ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["L2", "L1"])
+def test_weight_decay_is_the_gradient_of_a_penalty(kind):
+    """weight_decay equals weight_decay=0 plus the penalty in the loss."""
+    init = initial_weights()
+    decay = 0.05
+    ours, _ = fit(YellowFin(0.05, weight_decay=decay, regularization_type=kind,
+                            decay_mult={"*/bias": 0.0}), 10, init)
+    regularizer = keras.regularizers.L2(decay / 2) if kind == "L2" else keras.regularizers.L1(decay)
+    inputs = keras.Input((20,), name="data")
+    x = keras.layers.Dense(16, name="ip1", kernel_regularizer=regularizer)(inputs)
+    x = keras.layers.ReLU(name="relu1")(x)
+    outputs = keras.layers.Dense(5, name="ip2", kernel_regularizer=regularizer)(x)
+    manual = keras.Model(inputs, outputs)
+    for layer in ("ip1", "ip2"):
+        manual.get_layer(layer).set_weights([init[f"{layer}_w"].T, init[f"{layer}_b"]])
+    manual, _ = fit(YellowFin(0.05), 10, init, model=manual)
+    plain, _ = fit(YellowFin(0.05), 10, init)
+    for name, value in caffe_weights(ours).items():
+        np.testing.assert_allclose(value, caffe_weights(manual)[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    assert np.abs(caffe_weights(ours)["ip1_w"] - caffe_weights(plain)["ip1_w"]).max() > 1e-5
+
+
+def test_lr_mult_scales_the_step_not_the_statistics():
+    start, sequence = quadratic_gradients(steps=10)
+    runs = []
+    for lr_mult in (None, {"a": 0.0, "b": 2.0}):
+        variables = [keras.Variable(start[0], name="a"), keras.Variable(start[1], name="b")]
+        optimizer = YellowFin(lr_mult=lr_mult, curv_win_width=4)
+        for grads in sequence:
+            optimizer.apply([tf.constant(g) for g in grads], variables)
+        runs.append(([v.numpy() for v in variables], observed(optimizer)))
+    (plain, plain_stats), (scaled, scaled_stats) = runs
+    assert plain_stats == scaled_stats
+    np.testing.assert_array_equal(scaled[0], start[0])
+    np.testing.assert_allclose(scaled[1] - start[1], 2 * (plain[1] - start[1]), rtol=1e-5,
+                               atol=1e-6)
+
+
+# -- the monitor -------------------------------------------------------------------------
+
+
+class BatchRecorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append(dict(logs))
+
+
+def test_monitor_puts_the_tuner_in_the_logs(tmp_path):
+    init = initial_weights()
+    recorder = BatchRecorder()
+    csv = tmp_path / "log.csv"
+    model, history = fit(YellowFin(0.01, curv_win_width=3), 3, init, epochs=2,
+                         callbacks=[YellowFinMonitor(), keras.callbacks.CSVLogger(str(csv)),
+                                    recorder])
+    optimizer = model.optimizer
+    keys = ("yf_lr", "yf_mu", "yf_h_min", "yf_h_max", "yf_grad_var", "yf_dist_to_opt")
+    assert len(recorder.batches) == 6 and all(set(keys) <= set(b) for b in recorder.batches)
+    assert recorder.batches[0]["yf_lr"] == pytest.approx(0.01)  # the first update's rate
+    assert recorder.batches[0]["yf_mu"] == 0.0
+    final = {"yf_lr": optimizer.tuned_learning_rate, "yf_mu": optimizer.tuned_momentum,
+             "yf_h_min": optimizer.h_min, "yf_h_max": optimizer.h_max,
+             "yf_grad_var": optimizer.grad_var, "yf_dist_to_opt": optimizer.dist_to_opt}
+    for key, value in final.items():
+        assert len(history.history[key]) == 2
+        assert history.history[key][-1] == pytest.approx(float(value), rel=1e-6)
+        assert recorder.batches[-1][key] == pytest.approx(float(value), rel=1e-6)
+    header = csv.read_text().splitlines()[0].split(",")
+    assert set(keys) <= set(header)
+    assert len({b["yf_lr"] for b in recorder.batches}) > 3  # tuned at every update
+
+
+def test_monitor_refuses_another_optimizer():
+    model = tiny_mlp()
+    with pytest.raises(KerasCaffeError, match="YellowFinMonitor: the model's optimizer is SGD"):
+        fit(keras.optimizers.SGD(), 1, None, model=model, callbacks=[YellowFinMonitor()])
