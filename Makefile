@@ -43,6 +43,7 @@ test-compat:
 bench: install
 	$(BIN)/python benchmarks/optimizer_step.py
 	$(BIN)/python benchmarks/import_speed.py
+	$(BIN)/python benchmarks/yellowfin_overhead.py
 
 # protoc 25 (grpcio-tools 1.62.3) writes gencode without a runtime version
 # check, which loads under protobuf 4.x to 7.x: every TensorFlow we support.
