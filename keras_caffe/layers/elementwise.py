@@ -261,9 +261,24 @@ def _log_base(base):
         return _f32(1) if _f32(base) == _f32(-1) else np.log(_f32(base))
 
 
+class _BaseScaleShift(_Elementwise):
+    """Exp's and Log's parameters (base, scale, shift), stored as Caffe's float32."""
+
+    def __init__(self, base=-1.0, scale=1.0, shift=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.base = float(_f32(base))
+        self.scale = float(_f32(scale))
+        self.shift = float(_f32(shift))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(base=self.base, scale=self.scale, shift=self.shift)
+        return config
+
+
 # Not "Exp": the learning-rate schedule keras_caffe.schedules.Exp holds that name.
 @register
-class ExpLayer(_Elementwise):
+class ExpLayer(_BaseScaleShift):
     """Caffe's Exp: ``y = base ** (shift + scale * x)`` (``base == -1``: e).
 
     Computed as Caffe does: ``exp(inner * x) * outer`` with the float32
@@ -272,10 +287,7 @@ class ExpLayer(_Elementwise):
     """
 
     def __init__(self, base=-1.0, scale=1.0, shift=0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.base = float(_f32(base))
-        self.scale = float(_f32(scale))
-        self.shift = float(_f32(shift))
+        super().__init__(base=base, scale=scale, shift=shift, **kwargs)
         with np.errstate(all="ignore"):
             self._inner = float(_log_base(base) * _f32(scale))
             if _f32(shift) == 0:
@@ -289,14 +301,9 @@ class ExpLayer(_Elementwise):
         y = ops.exp(x if self._inner == 1 else x * self._inner)
         return y if self._outer == 1 else y * self._outer
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(base=self.base, scale=self.scale, shift=self.shift)
-        return config
-
 
 @register
-class Log(_Elementwise):
+class Log(_BaseScaleShift):
     """Caffe's Log: ``y = log_base(shift + scale * x)`` (``base == -1``: e).
 
     Computed as Caffe does: ``scale`` and ``shift`` applied when they are not
@@ -305,10 +312,7 @@ class Log(_Elementwise):
     """
 
     def __init__(self, base=-1.0, scale=1.0, shift=0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.base = float(_f32(base))
-        self.scale = float(_f32(scale))
-        self.shift = float(_f32(shift))
+        super().__init__(base=base, scale=scale, shift=shift, **kwargs)
         with np.errstate(all="ignore"):
             self._base_scale = float(_f32(1) / _log_base(base))
 
@@ -320,11 +324,6 @@ class Log(_Elementwise):
             y = y + self.shift
         y = ops.log(y)
         return y if self._base_scale == 1 else y * self._base_scale
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(base=self.base, scale=self.scale, shift=self.shift)
-        return config
 
 
 @register
