@@ -46,7 +46,7 @@ class Context:
         self.data_format = data_format
         self.phase = phase
         self.source = source
-        self._names = {}
+        self._names = set()
         self.training = TrainingSpec()
         #: BatchNorm layer name -> the per-channel Scale fused into it.
         self.batchnorm_scale = {}
@@ -62,7 +62,7 @@ class Context:
         while name in self._names:  # a new, unique name on every call
             n += 1
             name = f"{base}_{n}"
-        self._names[name] = (caffe_name, suffix)
+        self._names.add(name)
         return name
 
     # -- shapes and axes -------------------------------------------------------
@@ -94,29 +94,36 @@ class Context:
         return Blob(tensor, "nhwc" if channels_last else "caffe")
 
     def as_image(self, blob, layer):
-        """The tensor in the model's image layout (for conv, pooling, ...)."""
+        """The tensor in the model's image layout (for conv, pooling, ...).
+
+        ``layer`` (a LayerParameter or a name) names the error and the layers
+        added."""
+        name = _name_of(layer)
         if len(blob.tensor.shape) < 3 or blob.layout == "flat":
-            raise LayerError(layer.name, f"needs an image blob (N, C, H, W), got shape "
-                                         f"{self.caffe_shape(blob)}")
+            raise LayerError(name, f"needs an image blob (N, C, H, W), got shape "
+                                   f"{self.caffe_shape(blob)}")
         if self.data_format == "channels_last" and blob.layout == "caffe":
             rank = len(blob.tensor.shape)
             perm = (*range(2, rank), 1)
-            return keras.layers.Permute(perm, name=self.keras_name(layer.name, "_to_nhwc"))(blob.tensor)
+            return keras.layers.Permute(perm, name=self.keras_name(name, "_to_nhwc"))(blob.tensor)
         return blob.tensor
 
     def caffe_order(self, blob, layer):
-        """The blob with Caffe's axes and element order (a transpose if needed)."""
+        """The blob with Caffe's axes and element order (a transpose if needed).
+
+        ``layer`` (a LayerParameter or a name) names the layers added."""
         if blob.layout == "caffe":
             return blob
+        name = _name_of(layer)
         if blob.layout == "nhwc":
             rank = len(blob.tensor.shape)
             perm = (rank - 1, *range(1, rank - 1))
-            tensor = keras.layers.Permute(perm, name=self.keras_name(layer.name, "_to_nchw"))(blob.tensor)
+            tensor = keras.layers.Permute(perm, name=self.keras_name(name, "_to_nchw"))(blob.tensor)
             return Blob(tensor)
         c, h, w = blob.chw
-        image = keras.layers.Reshape((h, w, c), name=self.keras_name(layer.name, "_unflatten"))(blob.tensor)
-        image = keras.layers.Permute((3, 1, 2), name=self.keras_name(layer.name, "_to_nchw"))(image)
-        return Blob(keras.layers.Flatten(name=self.keras_name(layer.name, "_flatten_chw"))(image))
+        image = keras.layers.Reshape((h, w, c), name=self.keras_name(name, "_unflatten"))(blob.tensor)
+        image = keras.layers.Permute((3, 1, 2), name=self.keras_name(name, "_to_nchw"))(image)
+        return Blob(keras.layers.Flatten(name=self.keras_name(name, "_flatten_chw"))(image))
 
     def elementwise(self, keras_layer, blob):
         """Apply a layer that keeps shape and element order."""
@@ -309,7 +316,7 @@ def _convert(layer, bottoms, ctx):
 def _output(blob, name, ctx):
     """Model outputs: rank >= 3 in the model's data format, 2-D in Caffe's order."""
     if blob.layout == "flat":
-        return ctx.caffe_order(blob, _Named(name)).tensor
+        return ctx.caffe_order(blob, name).tensor
     rank = len(blob.tensor.shape)
     if blob.layout == "caffe" and rank >= 3 and ctx.data_format == "channels_last":
         perm = (*range(2, rank), 1)
@@ -317,9 +324,8 @@ def _output(blob, name, ctx):
     return blob.tensor
 
 
-class _Named:
-    def __init__(self, name):
-        self.name = name
+def _name_of(layer):
+    return layer if isinstance(layer, str) else layer.name
 
 
 def _missing_bottom(net, index, bottom, source):

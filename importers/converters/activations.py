@@ -19,13 +19,6 @@ from keras_caffe.layers import elementwise as layers
 from keras_caffe.proto import caffe_pb2
 
 
-class _Named:
-    """A stand-in layer for ``ctx`` helpers, so each converted bottom gets its own name."""
-
-    def __init__(self, name):
-        self.name = name
-
-
 def _bottoms(layer, bottoms, low, high=None):
     high = low if high is None else high
     if not low <= len(bottoms) <= high:
@@ -247,8 +240,8 @@ def bias(layer, bottoms, ctx):
         # b's tensor axes, as axes of x: they must increase for a plain reshape.
         b_axes = None if axes is None else [axes[ctx_axis] for ctx_axis in _caffe_axes(ctx, b)]
         if b_axes is None or b_axes != sorted(b_axes):
-            x = ctx.caffe_order(x, _Named(f"{layer.name}/bottom0"))
-            b = ctx.caffe_order(b, _Named(f"{layer.name}/bottom1"))
+            x = ctx.caffe_order(x, f"{layer.name}/bottom0")
+            b = ctx.caffe_order(b, f"{layer.name}/bottom1")
             b_axes = list(range(k))
         axes = b_axes
     bias_layer = layers.Bias(axes=axes, name=name, caffe_name=layer.name)
@@ -298,6 +291,6 @@ def _one_layout(ctx, layer, bottoms):
     if images and any(b.layout == "nhwc" for b in bottoms) and all(b.layout != "flat" for b in bottoms):
         # Channels-last images and Caffe-order ones: bring the latter to channels-last.
         return [b if b.layout == "nhwc" else
-                Blob(ctx.as_image(b, _Named(f"{layer.name}/bottom{i}")), "nhwc")
+                Blob(ctx.as_image(b, f"{layer.name}/bottom{i}"), "nhwc")
                 for i, b in enumerate(bottoms)]
-    return [ctx.caffe_order(b, _Named(f"{layer.name}/bottom{i}")) for i, b in enumerate(bottoms)]
+    return [ctx.caffe_order(b, f"{layer.name}/bottom{i}") for i, b in enumerate(bottoms)]
