@@ -173,7 +173,8 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     ``Blob``. Model outputs are Caffe's net outputs (blobs no later layer
     consumes) unless ``outputs`` names blobs: one output is a tensor, several
     are a dict keyed by blob name (like pycaffe's ``forward()``);
-    ``model.caffe_outputs`` lists their blob names.
+    ``model.caffe_outputs`` lists their blob names, ``model.caffe_layer_order``
+    the net's layer names in prototxt order.
     """
     _check_types(net, source)
     ctx = Context(data_format, phase, source)
@@ -221,6 +222,9 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     model = keras.Model(model_inputs, model_outputs, name=(name or net.name or "caffe_net").replace("/", "_"))
     model.caffe_outputs = wanted
     model.caffe_training = ctx.training
+    #: The net's layer names in prototxt order: Caffe's order of learnable
+    #: parameters (``Net::learnable_params``), which solverstates follow.
+    model.caffe_layer_order = [layer.name for layer in net.layer]
     _attach_param_specs(net, model)
     return model, blobs
 
