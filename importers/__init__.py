@@ -5,6 +5,8 @@
 - ``solver``: solver files, upgraded from the legacy ``solver_type`` enum.
 - ``import_model``: a Caffe net (+ weights) -> a Keras model, through one
   registered converter per layer type (``converters/``).
+- ``save_snapshot`` / ``load_snapshot``: ``_iter_N`` snapshots in Caffe's
+  formats (.caffemodel + .solverstate, binary or HDF5) and ours.
 """
 
 from keras_caffe.importers.api import caffe_layers, import_model, load_into
@@ -16,6 +18,7 @@ from keras_caffe.importers.registry import (
     registered_types,
     unregister_converter,
 )
+from keras_caffe.importers.snapshot import SnapshotError, load_snapshot, save_snapshot
 from keras_caffe.importers.solver import read_solver
 from keras_caffe.importers.training import training_args
 from keras_caffe.importers.weights import load_weights
@@ -23,5 +26,6 @@ from keras_caffe.importers.weights import load_weights
 __all__ = [
     "import_model", "export_caffemodel", "param_multipliers", "caffe_layers", "load_into", "load_weights", "read_net", "filter_net",
     "net_state", "parse_text", "read_binary", "read_text", "read_solver", "converter",
-    "registered_types", "unregister_converter", "training_args",
+    "registered_types", "unregister_converter", "training_args", "save_snapshot",
+    "load_snapshot", "SnapshotError",
 ]

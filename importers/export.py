@@ -1,8 +1,5 @@
 """Writing a model's weights back as a Caffe ``.caffemodel``."""
 
-import os
-import tempfile
-
 from keras_caffe.errors import KerasCaffeError
 from keras_caffe.importers.weights import array_to_blob
 from keras_caffe.layers import CaffeBlobs
@@ -39,18 +36,12 @@ def export_caffemodel(model, path):
 
 
 def write_atomically(path, data):
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` to ``path`` through a temporary file in the same
+    directory, fsync and a rename (then fsync the directory): a crash leaves
+    the old file or the new one, never a partial one."""
+    from keras_caffe.importers.snapshot_io import write_bytes_durably
+
+    write_bytes_durably(path, data)
 
 
 def param_multipliers(model):

@@ -1,0 +1,360 @@
+"""Caffe's snapshot files, written and read as BVLC Caffe does.
+
+``BINARYPROTO``: ``<prefix>_iter_N.caffemodel`` (a ``NetParameter`` with each
+blob-holding layer's name, type and blobs) and ``<prefix>_iter_N.solverstate``
+(a ``SolverState``: ``iter``, ``learned_net``, ``history``, ``current_step``;
+``SGDSolver::SnapshotSolverStateToBinaryProto``).
+
+``HDF5``: ``<prefix>_iter_N.caffemodel.h5`` (``/data/<layer>/<blob index>``,
+float32, one group per layer of the net, empty for layers without blobs;
+``Net::ToHDF5``) and ``<prefix>_iter_N.solverstate.h5`` (``/iter`` and
+``/current_step`` int32 (1,), ``/learned_net`` a NUL-terminated fixed-length
+string, ``/history/<i>`` float32; ``SnapshotSolverStateToHDF5``).
+
+What Caffe does not store (the user's ``state`` dict, the solver type, the
+weights file's SHA-256) goes where Caffe ignores it: in binary files, one extra
+length-delimited field number ``EXTRA_FIELD`` of SolverState (caffe.proto uses
+1-4; proto2 parsers keep unknown fields and Caffe never reads them); in HDF5,
+a root dataset ``/keras_caffe_state`` (Caffe reads only the names above).
+Both hold JSON.
+"""
+
+import hashlib
+import json
+
+import numpy as np
+from google.protobuf import message as _message
+
+from keras_caffe.errors import CaffeImportError
+from keras_caffe.importers import snapshot_params as sp
+from keras_caffe.importers.api import caffe_parts, load_into
+from keras_caffe.importers.snapshot_io import (
+    SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5, resolve_weights,
+    sha256_file, write_bytes_durably)
+from keras_caffe.importers.weights import array_to_blob, blob_to_array, load_weights
+from keras_caffe.proto import caffe_pb2
+
+#: SolverState field number of our JSON (far above caffe.proto's 1-4 and
+#: outside protobuf's reserved 19000-19999).
+EXTRA_FIELD = 1_000_001
+HDF5_EXTRA = "keras_caffe_state"
+EXTRA_FORMAT = "keras-caffe"
+EXTRA_VERSION = 1
+
+
+def current_step(optimizer, iteration):
+    """Caffe's ``current_step`` after ``iteration`` updates.
+
+    ``SGDSolver::GetLearningRate`` sets it for "step" (``iter / stepsize``)
+    and "multistep" (the number of stepvalues passed), evaluated at the last
+    update's ``iter``, ``iteration - 1``; other policies leave it 0.
+    """
+    config = optimizer.get_config().get("learning_rate")
+    while isinstance(config, dict) and config.get("class_name") == "Warmup":
+        config = config["config"]["schedule"]
+    if not isinstance(config, dict) or iteration <= 0:
+        return 0
+    last = iteration - 1
+    if config.get("class_name") == "Step":
+        return last // int(config["config"]["stepsize"])
+    if config.get("class_name") == "MultiStep":
+        return sum(1 for v in config["config"]["stepvalue"] if last >= v)
+    return 0
+
+
+# -- writing -------------------------------------------------------------------
+
+def write(model, optimizer, weights_path, solverstate_path, learned_net, iteration, state_json,
+          hdf5):
+    """Write the pair, weights first; returns nothing. ``learned_net`` is the
+    weights path as Caffe writes it (the prefix-based string)."""
+    opt = sp.caffe_optimizer(optimizer, solverstate_path)
+    params = sp.learnable_params(model, solverstate_path)
+    if sp.pending_accumulation(opt):
+        raise SnapshotError(solverstate_path, "the optimizer is between the micro-batches of "
+                            "an iteration (iter_size); Caffe snapshots only whole iterations")
+    blobs = _weights_by_layer(params)
+    history = sp.slot_blobs(solverstate_path, opt, params)
+    if hdf5:
+        with atomic_output(weights_path) as tmp:
+            _write_weights_hdf5(tmp, model, blobs)
+            checksum = sha256_file(tmp)
+    else:
+        data = _weights_proto(model, blobs).SerializeToString()
+        write_bytes_durably(weights_path, data)
+        checksum = hashlib.sha256(data).hexdigest()
+    extra = json.dumps({"format": EXTRA_FORMAT, "version": EXTRA_VERSION,
+                        "solver": opt.caffe_type, "slots": list(opt.slot_names),
+                        "weights_sha256": checksum, "state": json.loads(state_json)},
+                       sort_keys=True)
+    step = current_step(opt, iteration)
+    if hdf5:
+        with atomic_output(solverstate_path) as tmp:
+            _write_state_hdf5(tmp, iteration, learned_net, step, history, extra)
+    else:
+        state = caffe_pb2.SolverState(iter=iteration, learned_net=learned_net, current_step=step)
+        for blob in history:
+            state.history.add().CopyFrom(array_to_blob(blob))
+        write_bytes_durably(solverstate_path, state.SerializeToString()
+                            + _length_delimited(EXTRA_FIELD, extra.encode("utf-8")))
+
+
+def _weights_by_layer(params):
+    """``{Caffe layer: [Caffe blobs]}`` in Caffe's order."""
+    values = {id(layer): layer.caffe_blobs() for layer in sp.layer_order(params)}
+    out = {}
+    for p in params:
+        blob = np.asarray(values[id(p.layer)][p.index], np.float32).reshape(p.shape)
+        out.setdefault(p.caffe_layer, []).append(blob)
+    return out
+
+
+def _weights_proto(model, blobs):
+    """The weights as Caffe's ``NetParameter``: one ``layer { name type blobs }``
+    per blob-holding layer, as ``export_caffemodel`` writes them."""
+    net = caffe_pb2.NetParameter(name=model.name)
+    types = {name: part[3] for name, part in caffe_parts(model).items()}
+    for name, layer_blobs in blobs.items():
+        entry = net.layer.add(name=name, type=types[name] or "")
+        for blob in layer_blobs:
+            entry.blobs.add().CopyFrom(array_to_blob(blob))
+    return net
+
+
+def _write_weights_hdf5(path, model, blobs):
+    import h5py
+
+    order = getattr(model, "caffe_layer_order", None) or list(blobs)
+    with h5py.File(path, "w") as f:
+        data = f.create_group("data")
+        for name in order:
+            group = data.require_group(name)
+            for i, blob in enumerate(blobs.get(name, ())):
+                group.create_dataset(str(i), data=np.asarray(blob, "<f4"))
+
+
+def _write_state_hdf5(path, iteration, learned_net, step, history, extra):
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.create_dataset("iter", data=np.array([iteration], "<i4"))
+        _fixed_string(f, "learned_net", learned_net)
+        f.create_dataset("current_step", data=np.array([step], "<i4"))
+        group = f.create_group("history")
+        for i, blob in enumerate(history):
+            group.create_dataset(str(i), data=np.asarray(blob, "<f4"))
+        _fixed_string(f, HDF5_EXTRA, extra)
+
+
+def _fixed_string(f, name, text):
+    """A scalar NUL-terminated ASCII string of ``len + 1`` bytes, as HDF5's
+    ``H5LTmake_dataset_string`` (Caffe's ``hdf5_save_string``) writes it."""
+    import h5py
+
+    raw = text.encode("utf-8")
+    string_type = h5py.h5t.C_S1.copy()
+    string_type.set_size(len(raw) + 1)
+    string_type.set_strpad(h5py.h5t.STR_NULLTERM)
+    space = h5py.h5s.create(h5py.h5s.SCALAR)
+    dataset = h5py.h5d.create(f.id, name.encode(), string_type, space)
+    dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(raw + b"\0", dtype=f"S{len(raw) + 1}"),
+                  mtype=string_type)
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _length_delimited(field, payload):
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+# -- reading -------------------------------------------------------------------
+
+class CaffeState:
+    """A parsed Caffe solverstate: ``iter``, ``learned_net`` (or None),
+    ``current_step``, ``history`` (float32 arrays) and ``extra`` (our JSON, or
+    None in Caffe's own files)."""
+
+    def __init__(self, iteration, learned_net, step, history, extra):
+        self.iter, self.learned_net, self.current_step = iteration, learned_net, step
+        self.history, self.extra = history, extra
+
+
+def read_state(path):
+    """Parse a Caffe solverstate (binary or HDF5, told apart by content)."""
+    return _read_state_hdf5(path) if is_hdf5(path) else _read_state_binary(path)
+
+
+def _read_state_binary(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data:
+        raise SnapshotError(path, "empty file: not a solverstate")
+    state = caffe_pb2.SolverState()
+    try:
+        state.ParseFromString(data)
+        extra = _field_payload(data, EXTRA_FIELD)
+    except (_message.DecodeError, RuntimeError, IndexError, ValueError) as err:
+        raise SnapshotError(path, f"truncated or corrupt solverstate (not a binary "
+                            f"SolverState: {err or 'protobuf decode error'})") from None
+    try:
+        history = [blob_to_array(b, f"history blob {i}") for i, b in enumerate(state.history)]
+    except CaffeImportError as err:
+        raise SnapshotError(path, f"corrupt solverstate: {err}") from None
+    if not state.HasField("iter"):
+        raise SnapshotError(path, "not a solverstate (no `iter` field)")
+    extra = decode_json(path, extra.decode("utf-8", "replace"), "keras-caffe state") \
+        if extra is not None else None
+    return CaffeState(state.iter, state.learned_net if state.HasField("learned_net") else None,
+                      state.current_step, history, extra)
+
+
+def _field_payload(data, wanted):
+    """The payload of the last top-level length-delimited field ``wanted``."""
+    found, pos = None, 0
+    while pos < len(data):
+        tag, pos = _read_varint(data, pos)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, pos = _read_varint(data, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            size, pos = _read_varint(data, pos)
+            if field == wanted:
+                found = data[pos:pos + size]
+            pos += size
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > len(data):
+            raise ValueError("field runs past the end of the file")
+    return found
+
+
+def _read_varint(data, pos):
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _read_state_hdf5(path):
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            for key in ("iter", "current_step", "history"):
+                if key not in f:
+                    raise SnapshotError(path, f"not a Caffe HDF5 solverstate (no /{key})")
+            group = f["history"]
+            history = []
+            for i in range(len(group)):
+                if str(i) not in group:
+                    raise SnapshotError(path, f"corrupt solverstate: /history/{i} is missing")
+                history.append(np.asarray(group[str(i)], np.float32))
+            learned = _string(f["learned_net"]) if "learned_net" in f else None
+            extra = _string(f[HDF5_EXTRA]) if HDF5_EXTRA in f else None
+            iteration = int(np.asarray(f["iter"]).reshape(-1)[0])
+            step = int(np.asarray(f["current_step"]).reshape(-1)[0])
+    except (OSError, KeyError, ValueError, IndexError, TypeError) as err:
+        raise SnapshotError(path, f"truncated or corrupt HDF5 solverstate ({err})") from None
+    extra = decode_json(path, extra, "keras-caffe state") if extra is not None else None
+    return CaffeState(iteration, learned, step, history, extra)
+
+
+def _string(dataset):
+    value = dataset[()]
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode("utf-8")
+    return str(value)
+
+
+def read_weights(path, params):
+    """``{Caffe layer: [blobs]}`` for ``params`` from a weights file, refusing
+    one that lacks a layer or whose blob shapes differ (another net)."""
+    try:
+        if is_hdf5(path):
+            found = _read_weights_hdf5(path, params)
+        else:
+            found = load_weights(path)
+    except CaffeImportError as err:
+        raise SnapshotError(path, f"truncated or corrupt weights file ({err})") from None
+    out = {}
+    for p in params:
+        blobs = found.get(p.caffe_layer)
+        if blobs is None:
+            raise SnapshotError(path, f"weights of another net: no blobs for layer "
+                                f"{p.caffe_layer!r}")
+        if p.blob >= len(blobs):
+            raise SnapshotError(path, f"weights of another net: layer {p.caffe_layer!r} has "
+                                f"{len(blobs)} blobs, the net needs blob {p.blob} {p.shape}")
+        blob = blobs[p.blob]
+        if tuple(blob.shape) != p.shape and not sp.legacy_same(blob.shape, p.shape):
+            raise SnapshotError(path, f"weights of another net: {p} has shape "
+                                f"{tuple(blob.shape)}, the net needs {p.shape}")
+        out.setdefault(p.caffe_layer, []).append(blob.reshape(p.shape))
+    return out
+
+
+def _read_weights_hdf5(path, params):
+    """Blobs looked up by layer name (``/data/<name>/<i>``), so Caffe names
+    with '/' (nested groups in HDF5) are found too."""
+    import h5py
+
+    found = {}
+    try:
+        with h5py.File(path, "r") as f:
+            if "data" not in f:
+                raise SnapshotError(path, "HDF5 file without Caffe's /data group: not a "
+                                    "Caffe weights file")
+            data = f["data"]
+            for name in dict.fromkeys(p.caffe_layer for p in params):
+                if name in data:
+                    group = data[name]
+                    found[name] = [np.asarray(group[str(i)], np.float32)
+                                   for i in range(len(group)) if str(i) in group]
+    except (OSError, KeyError, ValueError) as err:
+        raise SnapshotError(path, f"truncated or corrupt HDF5 weights ({err})") from None
+    return found
+
+
+def load(path, model, optimizer, state=None):
+    """Restore the model and optimizer from a Caffe solverstate; returns the
+    stored ``state`` dict ({} for Caffe's own files). Everything is checked
+    before anything is changed."""
+    opt = sp.caffe_optimizer(optimizer, path)
+    params = sp.learnable_params(model, path)
+    state = state or read_state(path)
+    extra = state.extra if isinstance(state.extra, dict) and \
+        state.extra.get("format") == EXTRA_FORMAT else None
+    sp.check_history(path, opt, params, state.history,
+                     stored_slots=extra.get("slots") if extra else None)
+    n = len(params)
+    history = [blob.reshape(params[i % n].shape) for i, blob in enumerate(state.history)]
+    weights = None
+    if state.learned_net:  # Caffe restores the weights only when it names them
+        weights_path = resolve_weights(path, state.learned_net, caffe_style=True)
+        weights = read_weights(weights_path, params)
+        if extra:
+            check_checksum(path, weights_path, extra.get("weights_sha256"))
+    assignments = sp.slot_assignments(opt, params, history)
+    if weights is not None:
+        load_into(model, weights, source=path)
+    for variable, value in assignments:
+        variable.assign(np.asarray(value, np.float32).reshape(variable.shape))
+    opt.iterations.assign(state.iter)
+    sp.reset_accumulation(opt)
+    return dict(extra.get("state") or {}) if extra else {}

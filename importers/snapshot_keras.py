@@ -1,0 +1,173 @@
+"""keras-caffe's own snapshot format: any Keras model, any Keras optimizer.
+
+``<prefix>_iter_N.weights.h5`` is ``model.save_weights``. The solverstate,
+``<prefix>_iter_N.solverstate``, is an HDF5 file:
+
+- attributes ``format`` (``FORMAT``), ``version``, ``iteration``,
+  ``optimizer_class`` (module.qualname), ``optimizer_name``, ``weights_file``
+  (the weights' file name, next to the solverstate) and ``weights_sha256``;
+- string datasets ``optimizer_config`` (``keras.saving.serialize_keras_object``
+  as JSON), ``model_fingerprint`` (JSON ``[[path, shape, dtype], ...]`` for
+  ``model.weights``) and ``state`` (the caller's dict as JSON);
+- group ``optimizer_variables``: every ``optimizer.variables`` value, keyed by
+  its ``.path`` (``"sgd/ip1_kernel_history"``), in its own dtype.
+
+Restoring assigns the stored arrays unchanged, so the optimizer's state
+(momentum, Adam's moments, YellowFin's curvature window and averages, the
+iteration counter) is bitwise what it was.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_caffe.importers.snapshot_io import (
+    SnapshotError, atomic_output, check_checksum, decode_json, resolve_weights, sha256_file)
+
+FORMAT = "keras-caffe-snapshot"
+VERSION = 1
+_ACCUMULATION = ("iter_size_micro_step", "_iter_size_sum")
+
+
+def class_name(obj):
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def fingerprint(model):
+    return [[w.path, [int(d) for d in w.shape], str(w.dtype)] for w in model.weights]
+
+
+def write(model, optimizer, weights_path, solverstate_path, iteration, state_json):
+    """Write the pair, weights first."""
+    import h5py
+
+    with atomic_output(weights_path, suffix=".weights.h5") as tmp:
+        model.save_weights(tmp, overwrite=True)
+        checksum = sha256_file(tmp)
+    config = json.dumps(keras.saving.serialize_keras_object(optimizer), default=repr)
+    with atomic_output(solverstate_path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            f.attrs.update({
+                "format": FORMAT, "version": VERSION, "iteration": int(iteration),
+                "optimizer_class": class_name(optimizer), "optimizer_name": optimizer.name,
+                "weights_file": os.path.basename(weights_path), "weights_sha256": checksum,
+            })
+            f.create_dataset("optimizer_config", data=config)
+            f.create_dataset("model_fingerprint", data=json.dumps(fingerprint(model)))
+            f.create_dataset("state", data=state_json)
+            group = f.create_group("optimizer_variables")
+            for variable in optimizer.variables:
+                group.create_dataset(variable.path, data=ops.convert_to_numpy(variable))
+
+
+def is_ours(f):
+    return f.attrs.get("format") == FORMAT
+
+
+def load(path, f, model, optimizer):
+    """Restore from the open solverstate ``f``; returns the stored state dict.
+    Everything is checked before anything is changed."""
+    version = int(f.attrs.get("version", 0))
+    if version > VERSION:
+        raise SnapshotError(path, f"snapshot format version {version} is newer than this "
+                            f"keras-caffe reads ({VERSION})")
+    stored_class = _attr(f, "optimizer_class")
+    if stored_class != class_name(optimizer):
+        raise SnapshotError(path, f"holds the state of a {stored_class} optimizer; the model's "
+                            f"optimizer is a {class_name(optimizer)}")
+    _check_fingerprint(path, decode_json(path, _text(f["model_fingerprint"]), "fingerprint"),
+                       fingerprint(model))
+    values = _match_variables(path, f, optimizer)
+    weights = resolve_weights(path, _attr(f, "weights_file"), caffe_style=False)
+    check_checksum(path, weights, _attr(f, "weights_sha256"))
+    state = decode_json(path, _text(f["state"]), "state") if "state" in f else {}
+    try:
+        model.load_weights(weights)
+    except (ValueError, OSError, KeyError) as err:
+        raise SnapshotError(weights, f"cannot load these weights into model {model.name!r} "
+                            f"({err})") from None
+    for variable, value in values:
+        variable.assign(value)
+    _reset_missing_accumulation(optimizer, values)
+    return state
+
+
+def _attr(f, name):
+    value = f.attrs.get(name)
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _text(dataset):
+    value = dataset[()]
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _check_fingerprint(path, stored, current):
+    for i, (old, new) in enumerate(zip(stored, current)):
+        if [old[0], list(old[1])] != [new[0], list(new[1])]:
+            raise SnapshotError(path, f"snapshot from another model: weight {i} is "
+                                f"{old[0]!r} {tuple(old[1])} in the snapshot, "
+                                f"{new[0]!r} {tuple(new[1])} in the model")
+    if len(stored) != len(current):
+        longer = stored if len(stored) > len(current) else current
+        extra = longer[min(len(stored), len(current))]
+        where = "snapshot" if longer is stored else "model"
+        raise SnapshotError(path, f"snapshot from another model: {len(stored)} weights in the "
+                            f"snapshot, {len(current)} in the model (first extra, in the "
+                            f"{where}: {extra[0]!r} {tuple(extra[1])})")
+
+
+def _stored_variables(f):
+    found = {}
+    if "optimizer_variables" in f:
+        def visit(name, obj):
+            if hasattr(obj, "shape"):
+                found[name] = obj[()]
+        f["optimizer_variables"].visititems(visit)
+    return found
+
+
+def _match_variables(path, f, optimizer):
+    """``[(optimizer variable, stored value)]``; refuses a missing variable or
+    a shape/dtype change. An ``iter_size`` accumulator missing from the file
+    (saved with iter_size 1) starts at zero; one in the file that the
+    optimizer lacks must be zero (no micro-batch gradient pending)."""
+    stored = _stored_variables(f)
+    old_name, new_name = _attr(f, "optimizer_name"), optimizer.name
+    pairs, used = [], set()
+    for variable in optimizer.variables:
+        key = variable.path
+        if old_name and old_name != new_name and key.startswith(new_name + "/"):
+            key = old_name + key[len(new_name):]
+        if key not in stored:
+            if any(key.endswith(tag) for tag in _ACCUMULATION):
+                continue
+            raise SnapshotError(path, f"has no value for optimizer variable {variable.path!r}: "
+                                "the optimizer's configuration differs from the snapshot's")
+        value = stored[key]
+        used.add(key)
+        if tuple(np.shape(value)) != tuple(variable.shape) or \
+                np.dtype(value.dtype) != np.dtype(variable.dtype):
+            raise SnapshotError(path, f"optimizer variable {variable.path!r} is "
+                                f"{np.dtype(value.dtype).name} {tuple(np.shape(value))} in the "
+                                f"snapshot, {variable.dtype} {tuple(variable.shape)} now")
+        pairs.append((variable, value))
+    for key in sorted(set(stored) - used):
+        if not (any(key.endswith(tag) for tag in _ACCUMULATION)
+                and (key.endswith("micro_step") or not np.any(stored[key]))):
+            raise SnapshotError(path, f"holds optimizer variable {key!r}, which the optimizer "
+                                "does not have: the optimizer's configuration differs")
+    return pairs
+
+
+def _reset_missing_accumulation(optimizer, restored):
+    from keras_caffe.importers.snapshot_params import reset_accumulation
+
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    step = getattr(inner, "_micro_step", None)
+    if step is not None and id(step) not in {id(v) for v, _ in restored}:
+        reset_accumulation(inner)
