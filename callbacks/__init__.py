@@ -2,8 +2,14 @@
 
 - ``YellowFinMonitor``: YellowFin's tuned rate, momentum and statistics in the
   logs, for History, CSVLogger and TensorBoard.
+- ``CaffeSnapshot``: ``{prefix}_iter_{N}`` snapshots every N iterations, in
+  Caffe's formats or ours; ``restore_snapshot`` resumes from one.
+- ``CaffeLogger``: Caffe's training log lines from ``model.fit``, for Caffe's
+  log parsers and plotting scripts.
 """
 
+from keras_caffe.callbacks.caffe_logger import CaffeLogger
+from keras_caffe.callbacks.snapshot import CaffeSnapshot, restore_snapshot
 from keras_caffe.callbacks.yellowfin import YellowFinMonitor
 
-__all__ = ["YellowFinMonitor"]
+__all__ = ["CaffeLogger", "CaffeSnapshot", "restore_snapshot", "YellowFinMonitor"]

@@ -139,11 +139,24 @@ class Context:
                                          f"{MAX_ELEMENTS:,}; refusing to allocate")
 
 
+class NetOutput:
+    """One Caffe net output a loss or Accuracy layer computes: its ``top``
+    (the blob name Caffe prints), the ``prediction`` and ``label`` blobs it
+    reads, the Keras loss or metric ``fn`` and the loss ``weight`` (0 for a
+    metric)."""
+
+    def __init__(self, top, prediction, label, fn, weight, is_loss):
+        self.top, self.prediction, self.label = top, prediction, label
+        self.fn, self.weight, self.is_loss = fn, weight, is_loss
+
+
 class TrainingSpec:
-    """Losses and metrics of a TRAIN-phase net, by prediction blob."""
+    """Losses and metrics of a TRAIN-phase net, by prediction blob;
+    ``outputs`` lists them as Caffe's net outputs, in layer order."""
 
     def __init__(self):
         self.losses, self.metrics, self.labels = {}, {}, {}
+        self.outputs = []
 
     def _label(self, layer, prediction, label):
         known = self.labels.setdefault(prediction, label)
@@ -156,13 +169,19 @@ class TrainingSpec:
         if prediction in self.losses:
             raise LayerError(layer.name, f"blob {prediction!r} already feeds a loss")
         self.losses[prediction] = (loss, float(weight))
+        self.outputs.append(NetOutput(_top(layer), prediction, label, loss, float(weight), True))
 
     def add_metric(self, layer, prediction, label, metric):
         self._label(layer, prediction, label)
         self.metrics.setdefault(prediction, []).append(metric)
+        self.outputs.append(NetOutput(_top(layer), prediction, label, metric, 0.0, False))
 
     def __bool__(self):
         return bool(self.labels)
+
+
+def _top(layer):
+    return layer.top[0] if layer.top else layer.name
 
 
 def build_model(net, *, source, data_format="channels_last", phase="TEST", outputs=None,
@@ -202,7 +221,8 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
                 available[top] = True
     # Blobs read only as labels are training targets, not model inputs.
     labels = [b for b in inputs if b not in used and b in ctx.training.labels.values()]
-    inputs = [t for b, t in inputs.items() if b not in labels]
+    input_tops = [b for b in inputs if b not in labels]
+    inputs = [inputs[b] for b in input_tops]
     if not inputs:
         raise GraphError(f"{source}: the net has no Input layer (or input fields) to feed it")
     if outputs:
@@ -221,6 +241,8 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     model_inputs = inputs[0] if len(inputs) == 1 else inputs
     model = keras.Model(model_inputs, model_outputs, name=(name or net.name or "caffe_net").replace("/", "_"))
     model.caffe_outputs = wanted
+    #: The blob names of the model's inputs, in order (data tops, not labels).
+    model.caffe_inputs = input_tops
     model.caffe_training = ctx.training
     #: The net's layer names in prototxt order: Caffe's order of learnable
     #: parameters (``Net::learnable_params``), which solverstates follow.

@@ -88,6 +88,7 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
                 and not callable(learning_rate):
             learning_rate = check_number(owner, "learning_rate", learning_rate)
         super().__init__(learning_rate=learning_rate, **kwargs)
+        self._rate_source = learning_rate
         self.caffe_weight_decay = check_number(owner, "weight_decay", weight_decay)
         if regularization_type not in ("L2", "L1"):
             raise ArgumentError(
@@ -128,6 +129,14 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         rate = ops.cast(learning_rate, variable.dtype)
         mult = self._lr_mults[self._get_variable_index(variable)]
         return rate if mult == 1.0 else rate * mult
+
+    def rate_at(self, iteration):
+        """The rate (``base_lr`` under the lr policy) at Caffe iteration
+        ``iteration``, as a Python float: what Caffe prints as ``lr``."""
+        rate = self._rate_source
+        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+            return float(rate(iteration))
+        return float(ops.convert_to_numpy(self.learning_rate))
 
     def slot(self, slots, variable):
         """The entry of a list of optimizer variables for ``variable``."""

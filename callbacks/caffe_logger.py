@@ -1,0 +1,105 @@
+"""``CaffeLogger``: Caffe's training log lines from ``model.fit``."""
+
+import time
+
+import keras
+import numpy as np
+
+from keras_caffe._checks import check_int
+from keras_caffe.caffe_log import CaffeLog
+
+
+class CaffeLogger(keras.callbacks.Callback):
+    """Writes ``caffe train``'s log lines while ``model.fit`` runs, so Caffe's
+    log parsers (``parse_log.py``, ``plot_training_log.py``) read Keras runs.
+
+    Every ``display`` Caffe iterations (optimizer updates, so ``iter_size``
+    micro-batches make one): ``Iteration N (x iter/s, ys/display iters), loss
+    = L`` with ``L`` smoothed over ``average_loss`` iterations as Caffe does,
+    ``Train net output #k: name = value`` for the loss and each metric, and
+    ``Iteration N, lr = r``. After each validation: ``Iteration N, Testing net
+    (#0)`` and ``Test net output #k`` for each ``val_`` value. At the end:
+    ``Optimization Done.``
+
+    The per-iteration loss is recovered from Keras's running epoch mean
+    (``n m_n - (n-1) m_(n-1)``), exact to float32 rounding of the mean;
+    metrics other than the loss are Keras's running epoch means.
+    ``keras_caffe.Solver`` (``keras-caffe train``) logs exact per-iteration
+    values itself.
+
+    Args:
+        display: log every this many iterations (Caffe's ``display``), >= 1.
+        average_loss: smooth the printed loss over this many iterations, >= 1.
+        stream: where to write (default: stderr, as glog does).
+    """
+
+    def __init__(self, display=1, average_loss=1, stream=None):
+        super().__init__()
+        self.display = check_int("CaffeLogger", "display", display, low=1)
+        self.average_loss = check_int("CaffeLogger", "average_loss", average_loss, low=1)
+        self.log = CaffeLog(stream)
+
+    def on_train_begin(self, logs=None):
+        self._losses, self._window, self._smoothed = [], [], 0.0
+        self._last_iteration = self._iteration()
+        self._start = self._last_iteration
+        self._timer, self._timer_iteration = time.perf_counter(), self._last_iteration
+        self.log.line("solver.cpp:289", f"Solving {self.model.name}")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._seen, self._mean = 0, 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        if "loss" in logs:
+            seen = batch + 1
+            mean = float(logs["loss"])
+            count = seen - self._seen
+            self._losses.append((seen * mean - self._seen * self._mean) / max(count, 1))
+            self._seen, self._mean = seen, mean
+        iteration = self._iteration()
+        if iteration == self._last_iteration:
+            return  # inside an iter_size accumulation
+        done = iteration - 1  # Caffe numbers the iteration before its update
+        loss = float(np.mean(self._losses)) if self._losses else float("nan")
+        self._losses = []
+        self._smooth(loss)
+        self._last_iteration = iteration
+        if done % self.display == 0:
+            now = time.perf_counter()
+            lapse = now - self._timer
+            self.log.iteration(done, (done - self._timer_iteration) / (lapse or 1.0), lapse,
+                               self.display, self._smoothed)
+            outputs = [("loss", loss, 1.0)] + [(k, float(v), 0.0) for k, v in logs.items()
+                                               if k != "loss" and np.ndim(v) == 0]
+            self.log.outputs("Train", outputs)
+            self.log.rate(done, self._rate(done))
+            self._timer, self._timer_iteration = now, done
+
+    def on_epoch_end(self, epoch, logs=None):
+        tests = [(k[4:], float(v), 1.0 if k == "val_loss" else 0.0)
+                 for k, v in (logs or {}).items() if k.startswith("val_") and np.ndim(v) == 0]
+        if tests:
+            self.log.testing(self._iteration(), 0)
+            self.log.outputs("Test", tests)
+
+    def on_train_end(self, logs=None):
+        self.log.finished(self._iteration())
+
+    def _smooth(self, loss):
+        if len(self._window) < self.average_loss:
+            self._window.append(loss)
+            self._smoothed = (self._smoothed * (len(self._window) - 1) + loss) / len(self._window)
+        else:
+            index = (self._last_iteration - self._start) % self.average_loss
+            self._smoothed += (loss - self._window[index]) / self.average_loss
+            self._window[index] = loss
+
+    def _iteration(self):
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def _rate(self, iteration):
+        optimizer = self.model.optimizer
+        if hasattr(optimizer, "rate_at"):
+            return optimizer.rate_at(iteration)
+        return float(keras.ops.convert_to_numpy(optimizer.learning_rate))

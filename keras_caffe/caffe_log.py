@@ -1,0 +1,79 @@
+"""Caffe's training log lines, in glog's format.
+
+Caffe logs through glog: ``I1122 02:47:14.123456 12345 solver.cpp:239] msg``
+(severity and month-day, wall time, thread id, source file:line). Log
+parsers written for Caffe (``tools/extra/parse_log.py``, ``plot_training_log.py``
+and the many scripts modelled on them) match the messages below and read the
+time from the prefix, so keras-caffe writes the same messages, numbers formatted as
+C++'s ``ostream`` does by default (6 significant digits, ``%g``), after the
+same prefix, naming the Caffe source line that prints each message.
+"""
+
+import datetime
+import os
+import sys
+
+
+def number(value):
+    """A float as Caffe's ``ostream << value`` writes it (``%g``, 6 digits)."""
+    return f"{float(value):.6g}"
+
+
+class CaffeLog:
+    """Writes Caffe's log messages to ``stream`` (default: stderr, where
+    ``caffe train`` logs with ``GLOG_logtostderr=1``)."""
+
+    def __init__(self, stream=None, clock=None):
+        self.stream = stream
+        self.clock = clock or datetime.datetime.now
+
+    def line(self, source, message, severity="I"):
+        now = self.clock()
+        prefix = (f"{severity}{now:%m%d %H:%M:%S}.{now.microsecond:06d} "
+                  f"{os.getpid():5d} {source}] ")
+        stream = self.stream or sys.stderr
+        stream.write(prefix + message + "\n")
+        stream.flush()
+
+    # -- the messages of Solver::Solve and Solver::Step -------------------------
+
+    def solving(self, net_name, policy):
+        self.line("solver.cpp:289", f"Solving {net_name}")
+        self.line("solver.cpp:290", f"Learning Rate Policy: {policy}")
+
+    def iteration(self, iteration, per_second, lapse, display, smoothed_loss):
+        self.line("solver.cpp:239", f"Iteration {iteration} ({number(per_second)} iter/s, "
+                                    f"{number(lapse)}s/{display} iters), loss = "
+                                    f"{number(smoothed_loss)}")
+
+    def outputs(self, kind, values):
+        """``Train net output #k`` / ``Test net output #k`` lines.
+
+        ``values``: ``[(name, value, loss_weight)]``; a loss (weight != 0)
+        gets Caffe's ``(* weight = weighted loss)`` suffix."""
+        source = "solver.cpp:258" if kind == "Train" else "solver.cpp:414"
+        for k, (name, value, weight) in enumerate(values):
+            suffix = f" (* {number(weight)} = {number(weight * value)} loss)" if weight else ""
+            self.line(source, f"    {kind} net output #{k}: {name} = {number(value)}{suffix}")
+
+    def rate(self, iteration, lr):
+        self.line("sgd_solver.cpp:112", f"Iteration {iteration}, lr = {number(lr)}")
+
+    def testing(self, iteration, index):
+        self.line("solver.cpp:330", f"Iteration {iteration}, Testing net (#{index})")
+
+    def snapshot(self, weights, solverstate):
+        self.line("sgd_solver.cpp:273", f"Snapshotting to binary proto file {weights}")
+        self.line("sgd_solver.cpp:290",
+                  f"Snapshotting solver state to binary proto file {solverstate}")
+
+    def restoring(self, path):
+        self.line("solver.cpp:442", f"Restoring previous solver status from {path}")
+
+    def finished(self, iteration, smoothed_loss=None):
+        if smoothed_loss is not None:
+            self.line("solver.cpp:310", f"Iteration {iteration}, loss = {number(smoothed_loss)}")
+        self.line("solver.cpp:315", "Optimization Done.")
+
+    def info(self, message, source="keras_caffe.py:0"):
+        self.line(source, message)
