@@ -64,17 +64,27 @@ def load_weights(path):
 
 
 def _load_hdf5(path):
+    """Caffe's HDF5 weights: ``/data/<layer>/<blob index>``. HDF5 reads a
+    ``/`` in a layer name (``conv1/bn``) as nested groups, so a layer is a
+    group whose members are the datasets ``0..n-1``, found at any depth."""
     import h5py
 
     weights = {}
+
+    def visit(name, group):
+        members = list(group.keys())
+        count = sum(1 for k in members if k.isdigit() and isinstance(group[k], h5py.Dataset))
+        if count and name:
+            weights[name] = [np.asarray(group[str(i)], np.float32) for i in range(count)]
+        for key in members:  # layers named "<name>/...", stored inside this group
+            if isinstance(group[key], h5py.Group):
+                visit(f"{name}/{key}" if name else key, group[key])
+
     try:
         with h5py.File(path, "r") as f:
             if "data" not in f:
                 raise WeightsError(f"{path}: HDF5 file without Caffe's /data group")
-            for name, group in f["data"].items():
-                blobs = [np.asarray(group[str(i)], np.float32) for i in range(len(group))]
-                if blobs:
-                    weights[name] = blobs
+            visit("", f["data"])
     except (OSError, KeyError) as err:
         raise WeightsError(f"{path}: unreadable HDF5 weights ({err})") from None
     return weights

@@ -162,6 +162,25 @@ def test_hdf5_weights_load_too(lenet, tmp_path):
     assert sorted(load_weights(tmp_path / "renamed.caffemodel")) == sorted(binary)
 
 
+def test_hdf5_weights_with_slashes_in_layer_names(tmp_path):
+    """HDF5 stores ``conv1/bn`` as nested groups; the reader finds it anyway."""
+    import h5py
+
+    from keras_caffe.importers import load_weights
+
+    path = tmp_path / "w.caffemodel.h5"
+    with h5py.File(path, "w") as f:
+        f["data/conv1/0"] = np.ones((2, 1, 3, 3), np.float32)
+        f["data/conv1/bn/0"] = np.full((2,), 3.0, np.float32)
+        f["data/conv1/bn/1"] = np.full((2,), 4.0, np.float32)
+        f["data/inception_3a/1x1/0"] = np.zeros((4, 2, 1, 1), np.float32)
+        f.create_group("data/relu1")  # layers without blobs are empty groups
+    loaded = load_weights(path)
+    assert sorted(loaded) == ["conv1", "conv1/bn", "inception_3a/1x1"]
+    assert [b.shape for b in loaded["conv1"]] == [(2, 1, 3, 3)]
+    np.testing.assert_array_equal(loaded["conv1/bn"][1], np.full((2,), 4.0, np.float32))
+
+
 def test_bad_data_format_and_phase():
     with pytest.raises(CaffeImportError, match="data_format must be"):
         keras_caffe.import_model(INPUT, data_format="NHWC")
