@@ -5,6 +5,9 @@
 - ``solver``: solver files, upgraded from the legacy ``solver_type`` enum.
 - ``import_model``: a Caffe net (+ weights) -> a Keras model, through one
   registered converter per layer type (``converters/``).
+- ``net_pipeline`` / ``layer_pipeline``: the data layers (LMDB Data,
+  ImageData, HDF5Data, DummyData, MemoryData, Input) as ``tf.data`` pipelines
+  with Caffe's batches, resumable and shardable.
 - ``save_snapshot`` / ``load_snapshot``: ``_iter_N`` snapshots in Caffe's
   formats (.caffemodel + .solverstate, binary or HDF5) and ours.
 """
@@ -12,6 +15,7 @@
 from keras_caffe.importers.api import caffe_layers, import_model, load_into
 from keras_caffe.importers.export import export_caffemodel, param_multipliers
 from keras_caffe.importers.netfile import filter_net, net_state, read_net
+from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline, pipeline_errors
 from keras_caffe.importers.protofile import parse_text, read_binary, read_text
 from keras_caffe.importers.registry import (
     converter,
@@ -27,5 +31,5 @@ __all__ = [
     "import_model", "export_caffemodel", "param_multipliers", "caffe_layers", "load_into", "load_weights", "read_net", "filter_net",
     "net_state", "parse_text", "read_binary", "read_text", "read_solver", "converter",
     "registered_types", "unregister_converter", "training_args", "save_snapshot",
-    "load_snapshot", "SnapshotError",
+    "load_snapshot", "SnapshotError", "layer_pipeline", "net_pipeline", "pipeline_errors",
 ]

@@ -113,6 +113,11 @@ def _database(layer, net_source):
 
         image = tf.io.decode_image(datum.data).numpy()
         channels, height, width = image.shape[2], image.shape[0], image.shape[1]
+        # What Caffe's DecodeDatum gives: color forced to 3 channels, gray to 1.
+        if layer.transform_param.force_color or p.force_encoded_color:
+            channels = 3
+        elif layer.transform_param.force_gray:
+            channels = 1
     else:
         channels, height, width = datum.channels, datum.height, datum.width
     return [(p.batch_size, *_cropped(layer, channels, height, width)), (p.batch_size,)]
@@ -129,7 +134,8 @@ def _images(layer, net_source):
 
         listing = _find(layer, p.source, net_source)
         with open(listing, encoding="utf-8") as f:
-            first = f.readline().rsplit(maxsplit=1)[0]
-        image = tf.io.decode_image(tf.io.read_file(os.path.join(p.root_folder, first))).numpy()
+            first = f.readline().rstrip("\n").rsplit(" ", 1)[0]
+        # Caffe concatenates root_folder and the path as strings.
+        image = tf.io.decode_image(tf.io.read_file(p.root_folder + first)).numpy()
         height, width = image.shape[0], image.shape[1]
     return [(p.batch_size, *_cropped(layer, channels, height, width)), (p.batch_size,)]

@@ -1,0 +1,319 @@
+"""Reading the records of Caffe's data sources: LMDB Datums, HDF5 rows, image lists.
+
+Everything here is plain Python and numpy; ``pipelines`` wraps it in tf.data.
+Sources are checked when they are opened, so bad input fails before training
+starts: a missing or unreadable file, an empty source, a record of the wrong
+size. A source that fits in memory (``in_memory_limit`` bytes, 1 GiB by
+default) is read once and checked completely; a bigger one is read record by
+record as batches are made, and a bad record found then is reported through
+``data_errors.fail`` (``LayerError`` naming the layer, the source and the key).
+"""
+
+import os
+import re
+import threading
+import weakref
+
+import numpy as np
+
+from keras_caffe.errors import LayerError
+from keras_caffe.importers import data_errors
+from keras_caffe.proto import caffe_pb2
+
+#: Sources up to this many bytes are read into memory once.
+IN_MEMORY_LIMIT = 1 << 30
+
+
+def find_source(layer, path, net_source, what="source"):
+    """``path`` as Caffe opens it (from the current directory), else next to the
+    prototxt ``net_source``; a ``LayerError`` naming both when it is in neither."""
+    if not path:
+        raise LayerError(layer.name, f"{layer.type} has no {what}")
+    candidates = [path]
+    if not os.path.isabs(path) and net_source is not None and os.path.isfile(str(net_source)):
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(net_source)), path))
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    where = " or ".join(repr(c) for c in candidates)
+    raise LayerError(layer.name, f"{layer.type} {what} {path!r} not found (looked for {where})")
+
+
+def key_text(key):
+    """A record key for messages: its text if it is UTF-8, else its bytes."""
+    try:
+        return repr(key.decode("utf-8"))
+    except UnicodeDecodeError:
+        return repr(key)
+
+
+_open_envs = weakref.WeakValueDictionary()
+_open_lock = threading.Lock()
+
+
+def _open_lmdb(lmdb, path):
+    """A read-only environment; one per database and process (LMDB refuses two),
+    shared while any pipeline still reads it."""
+    real = os.path.realpath(path)
+    with _open_lock:
+        env = _open_envs.get(real)
+        if env is None:
+            env = lmdb.open(real, readonly=True, lock=False, subdir=os.path.isdir(real))
+            _open_envs[real] = env
+        return env
+
+
+class LmdbRecords:
+    """The Datums of a Caffe LMDB, in key order (Caffe's cursor order).
+
+    Raw Datums (``data`` bytes or ``float_data``) must all have the first
+    record's channels x height x width; in memory they are one (N, C, H, W)
+    array. Encoded Datums keep their image bytes.
+    """
+
+    def __init__(self, layer, path, in_memory_limit=IN_MEMORY_LIMIT):
+        try:
+            import lmdb
+        except ImportError:
+            raise LayerError(layer.name, "reading LMDB needs the lmdb package "
+                                         "(pip install keras-caffe[lmdb])") from None
+        self.layer, self.path = layer.name, path
+        try:
+            self._env = _open_lmdb(lmdb, path)
+            stat = self._env.stat()
+        except lmdb.Error as err:
+            raise LayerError(layer.name, f"cannot open LMDB {path!r}: {err}") from None
+        self.num_records = int(stat["entries"])
+        if not self.num_records:
+            raise LayerError(layer.name, f"LMDB {path!r} is empty")
+        size = stat["psize"] * (stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
+        self.in_memory = size <= in_memory_limit
+        with self._env.begin() as txn:
+            if self.in_memory:
+                self.keys = []
+                for i, (key, value) in enumerate(txn.cursor()):
+                    datum = self._parse(key, value)
+                    if not i:
+                        self._first(key, datum)
+                    self._store(i, key, datum)
+                    self.keys.append(key)
+            else:
+                self.keys = list(txn.cursor().iternext(keys=True, values=False))
+                self._first(self.keys[0], self._parse(self.keys[0], txn.get(self.keys[0])))
+
+    def _first(self, key, datum):
+        """Take the layout of every record from the first one (as Caffe's DataLayerSetUp)."""
+        self.encoded = bool(datum.encoded)
+        if self.encoded:
+            self.first_image = datum.data
+        else:
+            self.channels, self.height, self.width = datum.channels, datum.height, datum.width
+            self.is_float = not len(datum.data)
+            self._check_raw(key, datum)
+        if self.in_memory:
+            self.labels = np.empty(self.num_records, np.float32)
+            if self.encoded:
+                self.images = np.empty(self.num_records, object)
+            else:
+                dtype = np.float32 if self.is_float else np.uint8
+                self.data = np.empty((self.num_records, self.channels, self.height, self.width),
+                                     dtype)
+
+    def _parse(self, key, value):
+        try:
+            return caffe_pb2.Datum.FromString(value)
+        except Exception as err:  # noqa: BLE001 - protobuf's DecodeError or RuntimeError
+            raise LayerError(self.layer, f"LMDB {self.path!r} record {key_text(key)} is not a "
+                                         f"Caffe Datum ({err})") from None
+
+    def _where(self, key):
+        return f"LMDB {self.path!r} record {key_text(key)}"
+
+    def _check_raw(self, key, datum):
+        """The record's values as a flat array, checked against the first record."""
+        if datum.encoded:
+            raise LayerError(self.layer, f"{self._where(key)} is encoded but the first record "
+                                         "is raw")
+        dims = (datum.channels, datum.height, datum.width)
+        expected = (self.channels, self.height, self.width)
+        if dims != expected:
+            raise LayerError(self.layer, f"{self._where(key)} is {_dims(dims)} but the first "
+                                         f"record is {_dims(expected)}")
+        if len(datum.data):
+            values = np.frombuffer(datum.data, np.uint8)
+            kind = "bytes of data"
+        else:
+            values = np.asarray(datum.float_data, np.float32)
+            kind = "float_data values"
+        count = int(np.prod(expected))
+        if values.size != count or not count:
+            raise LayerError(self.layer, f"{self._where(key)} holds {values.size} {kind} but "
+                                         f"channels x height x width is {_dims(dims)} = {count}")
+        if (not len(datum.data)) != self.is_float:
+            raise LayerError(self.layer, f"{self._where(key)} mixes float_data and byte data "
+                                         "with the first record")
+        return values
+
+    def _record(self, key, datum):
+        """A record's image bytes (encoded) or (C, H, W) values (raw), checked."""
+        if not self.encoded:
+            return self._check_raw(key, datum).reshape(self.channels, self.height, self.width)
+        if not datum.encoded:
+            raise LayerError(self.layer, f"{self._where(key)} is raw but the first record "
+                                         "is encoded")
+        return datum.data
+
+    def _store(self, i, key, datum):
+        self.labels[i] = datum.label
+        (self.images if self.encoded else self.data)[i] = self._record(key, datum)
+
+    def read(self, indices):
+        """Records by index, read from the database (for sources too big for memory).
+
+        Returns (values, labels): (B, C, H, W) raw values, or (B,) image bytes.
+        Runs inside ``tf.numpy_function``: errors go through ``data_errors.fail``.
+        """
+        labels = np.empty(len(indices), np.float32)
+        if self.encoded:
+            values = np.empty(len(indices), object)
+        else:
+            dtype = np.float32 if self.is_float else np.uint8
+            values = np.empty((len(indices), self.channels, self.height, self.width), dtype)
+        try:
+            with self._env.begin() as txn:
+                for i, index in enumerate(indices):
+                    key = self.keys[int(index)]
+                    datum = self._parse(key, txn.get(key))
+                    labels[i], values[i] = datum.label, self._record(key, datum)
+        except LayerError as err:
+            data_errors.fail(err)
+        return values, labels
+
+
+def read_image_list(layer, path):
+    """ImageData's list file: lines ``path label``, the label after the last space.
+
+    Returns (names, labels as float32). Blank lines are skipped. A path may
+    contain spaces, as in Caffe (``line.find_last_of(' ')``).
+    """
+    names, labels = [], []
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        raise LayerError(layer.name, f"cannot read ImageData source {path!r}: {err}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        name, space, label = line.rpartition(" ")
+        match = re.match(r"\s*([+-]?\d+)", label)
+        if not space or not name or not match:
+            raise LayerError(layer.name, f"{path}:{number}: expected 'image_path label' "
+                                         f"(an integer label after the last space), got {line!r}")
+        names.append(name)
+        labels.append(int(match.group(1)))
+    if not names:
+        raise LayerError(layer.name, f"ImageData source {path!r} lists no images")
+    return names, np.asarray(labels, np.float32)
+
+
+class Hdf5Rows:
+    """HDF5Data's rows: the listed files' datasets named as the layer's tops.
+
+    The list file names one .h5 file per whitespace-separated token (Caffe reads
+    it with ``>>``); a relative name is opened from the current directory, else
+    next to the list file. Rows follow the files' order; all datasets of a file
+    have the same number of rows, and every file the first file's row shapes.
+    Values are cast to float32, as Caffe loads them.
+    """
+
+    def __init__(self, layer, listing, in_memory_limit=IN_MEMORY_LIMIT):
+        import h5py
+
+        self.layer, self.tops = layer.name, list(layer.top)
+        try:
+            with open(listing, encoding="utf-8") as f:
+                names = f.read().split()
+        except OSError as err:
+            raise LayerError(layer.name,
+                             f"cannot read HDF5Data source {listing!r}: {err}") from None
+        if not names:
+            raise LayerError(layer.name, f"HDF5Data source {listing!r} lists no files")
+        self.files, self.counts, self.row_shapes = [], [], None
+        size = 0
+        for name in names:
+            path = name if os.path.isabs(name) or os.path.exists(name) else \
+                os.path.join(os.path.dirname(listing), name)
+            if not os.path.exists(path):
+                raise LayerError(layer.name, f"HDF5 file {name!r} listed in {listing!r} not found "
+                                             f"(looked for {name!r} and {path!r})")
+            path = os.path.abspath(path)
+            count, shapes, nbytes = self._inspect(h5py, path)
+            if self.row_shapes is None:
+                self.row_shapes = shapes
+            elif shapes != self.row_shapes:
+                top = next(t for t in self.tops if shapes[t] != self.row_shapes[t])
+                raise LayerError(layer.name, f"HDF5 file {path!r}: dataset {top!r} has rows of "
+                                             f"shape {shapes[top]} but the first file's are "
+                                             f"{self.row_shapes[top]}")
+            self.files.append(path)
+            self.counts.append(count)
+            size += nbytes
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self.num_records = int(self.offsets[-1])
+        self.in_memory = size <= in_memory_limit
+        if self.in_memory:
+            self.arrays = {top: np.concatenate([self._load(h5py, path, top) for path in self.files])
+                           for top in self.tops}
+        self._h5py = h5py
+
+    def _inspect(self, h5py, path):
+        try:
+            h5 = h5py.File(path, "r")
+        except OSError as err:
+            raise LayerError(self.layer, f"cannot read HDF5 file {path!r}: {err}") from None
+        with h5:
+            missing = [top for top in self.tops if not isinstance(h5.get(top), h5py.Dataset)]
+            if missing:
+                raise LayerError(self.layer, f"HDF5 file {path!r} has no dataset "
+                                             f"{', '.join(repr(t) for t in missing)} for the "
+                                             "layer's top(s)")
+            sets = {top: h5[top] for top in self.tops}
+            for top, data in sets.items():
+                if data.dtype.kind not in "fiu" or data.ndim < 1:
+                    raise LayerError(self.layer, f"HDF5 file {path!r}: dataset {top!r} is "
+                                                 f"{data.dtype} of shape {data.shape}; Caffe "
+                                                 "reads numeric datasets with a row axis")
+            counts = {top: data.shape[0] for top, data in sets.items()}
+            if len(set(counts.values())) > 1:
+                listed = ", ".join(f"{t!r} has {n}" for t, n in counts.items())
+                raise LayerError(self.layer, f"HDF5 file {path!r}: datasets differ in their "
+                                             f"number of rows ({listed})")
+            count = counts[self.tops[0]]
+            if not count:
+                raise LayerError(self.layer, f"HDF5 file {path!r} has no rows")
+            shapes = {top: tuple(data.shape[1:]) for top, data in sets.items()}
+            nbytes = sum(data.size * 4 for data in sets.values())
+        return count, shapes, nbytes
+
+    def _load(self, h5py, path, top):
+        with h5py.File(path, "r") as h5:
+            return np.asarray(h5[top], dtype=np.float32)
+
+    def read(self, indices):
+        """Rows by global index, read from the files; one float32 array per top."""
+        indices = np.asarray(indices, np.int64)
+        out = [np.empty((len(indices), *self.row_shapes[t]), np.float32) for t in self.tops]
+        files = np.searchsorted(self.offsets, indices, side="right") - 1
+        for f in np.unique(files):
+            where = np.nonzero(files == f)[0]
+            rows = indices[where] - self.offsets[f]
+            unique, inverse = np.unique(rows, return_inverse=True)
+            with self._h5py.File(self.files[f], "r") as h5:
+                for j, top in enumerate(self.tops):
+                    out[j][where] = np.asarray(h5[top][unique], np.float32)[inverse]
+        return out
+
+
+def _dims(shape):
+    return "x".join(str(d) for d in shape)

@@ -1,0 +1,90 @@
+"""Caffe's fillers (src/caffe/util/filler.hpp) on a Caffe-shaped blob, from a
+stateless seed, for DummyData.
+
+The same types and parameters as ``keras_caffe.initializers.CaffeFiller``,
+with fans counted as Caffe counts them on the blob it fills (shape ``(N, C, ...)``):
+``fan_in = count / N``, ``fan_out = count / C``. The values are drawn with
+``tf.random.stateless_*`` (Philox) from a seed given per batch, so a batch's
+values depend only on (seed, batch index):
+
+- constant: ``value``
+- uniform: U(min, max)
+- gaussian: N(mean, std); with ``sparse >= 0`` each value is kept with
+  probability ``sparse / N`` and zeroed otherwise
+- positive_unitball: U(0, 1), each of the N rows scaled to sum 1
+- xavier: U(-sqrt(3 / n), sqrt(3 / n)); msra: N(0, sqrt(2 / n)); ``n`` the fan
+  in, fan out or their mean (``variance_norm``)
+- bilinear: the upsampling kernel, ``(1 - |x / f - c|) (1 - |y / f - c|)`` with
+  ``f = ceil(W / 2)``, ``c = (2f - 1 - f % 2) / (2f)`` (4-D blobs only)
+"""
+
+import math
+
+import tensorflow as tf
+
+from keras_caffe.errors import LayerError
+from keras_caffe.initializers import FILLERS
+from keras_caffe.proto import caffe_pb2
+
+_ALG = "philox"
+
+
+def check_filler(layer, filler, shape):
+    """Refuse what Caffe's ``GetFiller`` / ``Fill`` would refuse, naming the layer."""
+    if filler.type not in FILLERS:
+        raise LayerError(layer.name, f"unknown filler type {filler.type!r}; Caffe's are "
+                                     f"{', '.join(FILLERS)}")
+    if filler.type == "bilinear" and (len(shape) != 4 or shape[2] != shape[3]):
+        raise LayerError(layer.name, f"the bilinear filler needs a 4-D blob with height == "
+                                     f"width, got shape {tuple(shape)}")
+    if filler.type == "uniform" and filler.max < filler.min:
+        raise LayerError(layer.name, f"uniform filler max {filler.max} < min {filler.min}")
+
+
+def fill(filler, shape, seed):
+    """A float32 tensor of Caffe ``shape`` filled as Caffe's ``filler`` fills it.
+
+    ``seed`` is a shape-(2,) int64 tensor (or list) for the stateless RNG.
+    """
+    shape = tuple(int(d) for d in shape)
+    count = math.prod(shape)
+    kind = filler.type
+    if kind == "constant":
+        return tf.fill(shape, tf.constant(filler.value, tf.float32))
+    if kind == "bilinear":
+        return _bilinear(shape)
+    if kind == "uniform":
+        return _uniform(shape, seed, filler.min, filler.max)
+    if kind == "gaussian":
+        values = tf.random.stateless_normal(shape, seed, filler.mean, filler.std, alg=_ALG)
+        if filler.sparse >= 0:
+            keep = filler.sparse / shape[0] if shape else 1.0
+            mask_seed = tf.random.experimental.stateless_fold_in(seed, 1, alg=_ALG)
+            coin = tf.random.stateless_uniform(shape, mask_seed, alg=_ALG)
+            values = values * tf.cast(coin < keep, tf.float32)
+        return values
+    if kind == "positive_unitball":
+        values = _uniform(shape, seed, 0.0, 1.0)
+        rows = tf.reshape(values, (shape[0] if shape else 1, -1))
+        return tf.reshape(rows / tf.reduce_sum(rows, axis=1, keepdims=True), shape)
+    fan_in = count // shape[0] if shape else 1
+    fan_out = count // shape[1] if len(shape) > 1 else count
+    n = {caffe_pb2.FillerParameter.FAN_IN: fan_in, caffe_pb2.FillerParameter.FAN_OUT: fan_out,
+         caffe_pb2.FillerParameter.AVERAGE: (fan_in + fan_out) / 2.0}[filler.variance_norm]
+    if kind == "xavier":
+        bound = math.sqrt(3.0 / n)
+        return _uniform(shape, seed, -bound, bound)
+    return tf.random.stateless_normal(shape, seed, 0.0, math.sqrt(2.0 / n), alg=_ALG)  # msra
+
+
+def _uniform(shape, seed, low, high):
+    return tf.random.stateless_uniform(shape, seed, low, high, dtype=tf.float32, alg=_ALG)
+
+
+def _bilinear(shape):
+    height, width = shape[2], shape[3]
+    f = math.ceil(width / 2.0)
+    c = (2 * f - 1 - f % 2) / (2.0 * f)
+    xs = 1.0 - tf.abs(tf.range(width, dtype=tf.float32) / f - c)
+    ys = 1.0 - tf.abs(tf.range(height, dtype=tf.float32) / f - c)
+    return tf.broadcast_to(ys[:, None] * xs[None, :], shape)
