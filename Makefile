@@ -1,5 +1,5 @@
 # keras-caffe
-#   make demo          install into .venv and run examples/demo.py
+#   make demo          install into .venv, run examples/demo.py and a short LeNet `keras-caffe train`
 #   make test          install into .venv (newest TensorFlow) and run the whole suite
 #   make test-compat   the same in .venv-tf218 (TensorFlow 2.18, protobuf 5: Horovod's stack)
 #   make bench         benchmarks/ (not part of the tests)
@@ -31,8 +31,12 @@ $(VENV)/.deps: setup.cfg | $(BIN)/python
 install: $(VENV)/.deps
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation --force-reinstall .
 
+LENET = examples/lenet_solver
+
 demo: install
 	$(BIN)/python examples/demo.py
+	$(BIN)/python $(LENET)/make_data.py --train 10000 --test 2000
+	cd $(LENET) && ../../$(BIN)/keras-caffe train --solver lenet_solver_demo.prototxt --log caffe
 
 test: install
 	KERAS_CAFFE_EXPECT_INSTALLED=1 $(BIN)/pytest
@@ -44,6 +48,7 @@ bench: install
 	$(BIN)/python benchmarks/optimizer_step.py
 	$(BIN)/python benchmarks/import_speed.py
 	$(BIN)/python benchmarks/yellowfin_overhead.py
+	$(BIN)/python benchmarks/train_vs_caffe.py
 
 # protoc 25 (grpcio-tools 1.62.3) writes gencode without a runtime version
 # check, which loads under protobuf 4.x to 7.x: every TensorFlow we support.
@@ -53,4 +58,4 @@ proto:
 	.venv-protoc/bin/python -m grpc_tools.protoc -I. --python_out=. keras_caffe/proto/caffe.proto
 
 clean:
-	rm -rf build dist *.egg-info .venv .venv-tf218 .venv-protoc
+	rm -rf build dist *.egg-info .venv .venv-tf218 .venv-protoc $(LENET)/digits_*_lmdb $(LENET)/snapshots

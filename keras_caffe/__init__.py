@@ -7,6 +7,8 @@
 - ``YellowFin``: the momentum auto-tuner (Zhang & Mitliagkas), with Caffe's
   weight decay and multipliers; ``keras_caffe.callbacks.YellowFinMonitor``.
 - ``import_model`` / ``export_caffemodel``: Caffe nets <-> Keras models.
+- ``Solver`` / ``get_solver``: a Caffe solver file trained end to end
+  (``keras-caffe train``), pycaffe's solver API.
 """
 
 __version__ = "0.1.0"
@@ -30,9 +32,10 @@ from keras_caffe.optimizers import (
 )
 from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
+from keras_caffe.solver import Solver, get_solver
 
 __all__ = [
     "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer", "YellowFin",
-    "optimizer_from_solver", "schedules", "import_model", "export_caffemodel", "param_multipliers", "layers",
+    "optimizer_from_solver", "Solver", "get_solver", "schedules", "import_model", "export_caffemodel", "param_multipliers", "layers",
     "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError",
 ]

@@ -4,6 +4,8 @@
     keras-caffe import train_val.prototxt --phase TRAIN --summary
     keras-caffe import --list-layers
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 32 --bandwidth 10Gbit/s
+    keras-caffe train --solver solver.prototxt [--snapshot x_iter_N.solverstate] [--weights w.caffemodel]
+    keras-caffe time --model train_val.prototxt --iterations 50
 
 Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
 """
@@ -60,7 +62,61 @@ def _parser():
                      help="per-link bandwidth: bytes/s or with a unit (10Gbit/s, 1.25GB/s)")
     ana.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
     ana.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    train = sub.add_parser(
+        "train", help="train a Caffe solver file (like `caffe train`)",
+        description="Run a solver.prototxt end to end: its train and test nets, data layers, "
+                    "lr policy, tests, display and snapshots, as `caffe train -solver` does.")
+    train.add_argument("--solver", "-solver", required=True, help="the solver.prototxt")
+    train.add_argument("--snapshot", "-snapshot",
+                       help="resume from this .solverstate (ours or Caffe's)")
+    train.add_argument("--weights", "-weights",
+                       help="start from these .caffemodel weights (comma-separated list)")
+    train.add_argument("--log", choices=["progress", "caffe"], default="progress",
+                       help="a progress bar (default), or Caffe's log lines on stderr")
+    train.add_argument("--data-format", default="channels_last",
+                       choices=["channels_last", "channels_first"])
+    train.add_argument("--snapshot-format", choices=["caffe", "caffe_hdf5", "keras"],
+                       help="default: the solver's snapshot_format")
+    train.add_argument("--jit", choices=["auto", "on", "off"], default="auto",
+                       help="XLA for the train step (auto: on GPUs)")
+    tim = sub.add_parser(
+        "time", help="time a net's forward and backward passes, per layer (like `caffe time`)",
+        description="Average forward, backward and forward-backward time per layer and in "
+                    "total over --iterations batches, in the TRAIN phase as `caffe time`.")
+    tim.add_argument("--model", "-model", required=True, help="the .prototxt")
+    tim.add_argument("--iterations", "-iterations", type=int, default=50)
+    tim.add_argument("--phase", "-phase", default="TRAIN", choices=["TRAIN", "TEST"])
+    tim.add_argument("--log", choices=["table", "caffe"], default="table",
+                     help="a table (default), or Caffe's log lines on stderr")
+    tim.add_argument("--data-format", default="channels_last",
+                     choices=["channels_last", "channels_first"])
+    tim.add_argument("--jit", choices=["auto", "on", "off"], default="auto")
     return parser
+
+
+def _jit(value):
+    return "auto" if value == "auto" else value == "on"
+
+
+def _cmd_train(args):
+    from keras_caffe.solver import Solver
+
+    solver = Solver(args.solver, weights=args.weights, log=args.log,
+                    data_format=args.data_format, snapshot_format=args.snapshot_format,
+                    jit_compile=_jit(args.jit))
+    solver.solve(resume_file=args.snapshot)
+    return 0
+
+
+def _cmd_time(args):
+    from keras_caffe.timing import print_timing, time_net
+
+    if args.iterations < 1:
+        raise _usage(f"--iterations must be >= 1, got {args.iterations}")
+    report = time_net(args.model, iterations=args.iterations, phase=args.phase,
+                      data_format=args.data_format, jit_compile=_jit(args.jit))
+    print_timing(report, style=args.log)
+    return 0
 
 
 def _cmd_import(args):
@@ -156,7 +212,8 @@ def _usage(message):
     return KerasCaffeError(message)
 
 
-COMMANDS = {"import": _cmd_import, "analyze": _cmd_analyze}
+COMMANDS = {"import": _cmd_import, "analyze": _cmd_analyze, "train": _cmd_train,
+            "time": _cmd_time}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,124 @@
+"""A Caffe net's forward/backward as compiled TensorFlow functions.
+
+``NetOutputs`` turns a batch (``{top: tensor}``, what the data layers'
+pipelines yield) into the imported model's inputs and targets, and computes
+Caffe's net outputs: each loss layer's value (weighted by ``loss_weight`` in
+the total) and each Accuracy layer's, per batch, as Caffe's
+``Net::Forward`` leaves them in the output blobs.
+
+``train_function`` runs ``k`` Caffe iterations per call: each is
+``iter_size`` forward/backward passes whose gradients the optimizer
+accumulates (``CaffeOptimizer`` sums, clips, divides by ``iter_size``,
+regularizes, updates). The per-pass step is one ``tf.function``, optionally
+XLA-compiled; the loop over iterations and the reads from the ``tf.data``
+iterator run in a second ``tf.function`` around it, as Keras's own
+``steps_per_execution`` does, so Python is entered once per ``k``
+iterations.
+"""
+
+import tensorflow as tf
+from keras import ops
+
+from keras_caffe.errors import KerasCaffeError
+
+
+class NetOutputs:
+    """The inputs, targets and Caffe outputs of an imported net."""
+
+    def __init__(self, model):
+        spec = getattr(model, "caffe_training", None)
+        if not spec or not getattr(spec, "outputs", None):
+            raise KerasCaffeError(
+                f"net {model.name!r} has no loss or Accuracy layer: nothing to train or "
+                "test (import it with phase='TRAIN' / 'TEST' from a train_val prototxt)")
+        self.model = model
+        self.inputs = list(model.caffe_inputs)
+        self.entries = list(spec.outputs)
+        self.names = [e.top for e in self.entries]
+        self.weights = [e.weight for e in self.entries]
+        self.tops = sorted(set(self.inputs) | {e.label for e in self.entries})
+
+    def inputs_of(self, batch):
+        x = [batch[top] for top in self.inputs]
+        return x[0] if len(x) == 1 else x
+
+    def predictions(self, x, training):
+        out = self.model(x, training=training)
+        if not isinstance(out, dict):
+            out = {self.model.caffe_outputs[0]: out}
+        return out
+
+    def __call__(self, batch, training):
+        """``(total loss, [output values])`` of one batch."""
+        preds = self.predictions(self.inputs_of(batch), training)
+        total = ops.convert_to_tensor(0.0, "float32")
+        values = []
+        for entry in self.entries:
+            pred = ops.cast(preds[entry.prediction], "float32")
+            label = batch[entry.label]
+            if entry.is_loss:
+                value = ops.cast(entry.fn(label, pred), "float32")
+                total = total + entry.weight * value
+            else:
+                entry.fn.reset_state()
+                entry.fn.update_state(label, pred)
+                value = ops.cast(entry.fn.result(), "float32")
+            values.append(value)
+        for extra in self.model.losses:  # Keras regularizers, if a user added any
+            total = total + ops.cast(extra, "float32")
+        return total, values
+
+
+def train_function(outputs, optimizer, iter_size, jit_compile):
+    """``run(iterator, k) -> (losses (k,), outputs (k, n_outputs))``: ``k``
+    Caffe iterations. ``losses`` is each iteration's loss averaged over its
+    ``iter_size`` passes (what Caffe smooths and prints); ``outputs`` each
+    iteration's net outputs from its last pass (what Caffe's output blobs
+    hold when it displays them)."""
+    model = outputs.model
+    variables = model.trainable_variables
+    count = len(outputs.entries)
+
+    @tf.function(jit_compile=jit_compile)
+    def one_pass(batch):
+        with tf.GradientTape() as tape:
+            loss, values = outputs(batch, training=True)
+        grads = tape.gradient(loss, variables)
+        optimizer.apply(grads, variables)
+        return loss, tf.stack(values)
+
+    @tf.function
+    def run(iterator, k):
+        losses = tf.TensorArray(tf.float32, size=k)
+        values = tf.TensorArray(tf.float32, size=k, element_shape=(count,))
+        for i in tf.range(k):
+            total = tf.constant(0.0)
+            last = tf.zeros((count,))
+            for _ in range(iter_size):
+                loss, last = one_pass(next(iterator))
+                total += loss
+            losses = losses.write(i, total / iter_size)
+            values = values.write(i, last)
+        return losses.stack(), values.stack()
+
+    return run
+
+
+def test_function(outputs, jit_compile):
+    """``run(iterator, k) -> (n_outputs,)``: the mean of each net output over
+    ``k`` batches, as Caffe's ``Solver::Test`` averages them."""
+    count = len(outputs.entries)
+
+    @tf.function(jit_compile=jit_compile)
+    def one_pass(batch):
+        _, values = outputs(batch, training=False)
+        return tf.stack(values)
+
+    @tf.function
+    def run(iterator, k):
+        total = tf.zeros((count,))
+        for _ in tf.range(k):
+            total += one_pass(next(iterator))
+        return total / tf.cast(k, tf.float32)
+
+    return run

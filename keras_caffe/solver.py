@@ -1,0 +1,451 @@
+"""``keras_caffe.Solver``: ``caffe train -solver solver.prototxt``, in Keras.
+
+Mirrors pycaffe's ``caffe.get_solver(path)``: ``solver.net`` (the train
+net, a compiled Keras model), ``solver.test_nets``, ``solver.iter``,
+``solver.step(n)``, ``solver.solve(resume_file)``, ``solver.snapshot()``,
+``solver.restore(path)``, ``solver.test_all()``; so Caffe training scripts
+port line by line. ``keras-caffe train`` is a thin command line over it.
+
+What runs is Caffe's ``Solver::Solve`` / ``Solver::Step``: test every
+``test_interval`` iterations (and before the first unless
+``test_initialization: false``), ``iter_size`` forward/backward passes per
+iteration, the smoothed loss over ``average_loss`` iterations, Caffe's log
+lines every ``display`` iterations, snapshots every ``snapshot``
+iterations and after training. The train step is a compiled TensorFlow
+function (see ``keras_caffe.net_step``); data comes from the data layers'
+``tf.data`` pipelines (``keras_caffe.importers.pipelines``).
+
+Resume is exact: the data pipelines are pure functions of (seed, position),
+the snapshot records the seed, the positions of every data stream and the
+model's random-generator states, so N iterations, a snapshot, a new process
+and N more give the weights of 2N uninterrupted iterations. (Caffe's own
+resume restarts its data layers at the first record.)
+"""
+
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_caffe.caffe_log import CaffeLog
+from keras_caffe.errors import KerasCaffeError, SolverError
+from keras_caffe.importers.data_errors import pipeline_errors
+from keras_caffe.net_step import NetOutputs, test_function, train_function
+from keras_caffe.proto import caffe_pb2
+
+_FORMATS = {caffe_pb2.SolverParameter.BINARYPROTO: "caffe", caffe_pb2.SolverParameter.HDF5: "caffe_hdf5"}
+_LOGS = ("caffe", "progress", None)
+#: The most iterations one compiled call runs between two log/test/snapshot points.
+MAX_CHUNK = 100
+#: Seed of the data pipelines and initial weights when the solver sets none.
+_STATE_VERSION = 1
+
+
+class Solver:
+    """A Caffe solver file, trained with Keras.
+
+    Args:
+        solver: path to a ``solver.prototxt`` (or its text / a parsed
+            ``SolverParameter``). Net files and data sources named in it are
+            looked up from the current directory, as Caffe does, then next to
+            the solver file.
+        weights: ``.caffemodel`` path(s) to start from (fine-tuning; Caffe's
+            ``-weights``, comma-separated or a list).
+        data_format: ``"channels_last"`` (fast) or ``"channels_first"``.
+        arrays: ``{top: array}`` for MemoryData / Input layers.
+        log: ``"caffe"`` (Caffe's log lines on ``stream``, default stderr),
+            ``"progress"`` (a Keras progress bar) or None.
+        jit_compile: XLA for the train and test steps; ``"auto"``: on GPUs.
+        snapshot_format: ``"caffe"``, ``"caffe_hdf5"`` or ``"keras"``;
+            default: the file's ``snapshot_format`` (BINARYPROTO -> ``"caffe"``).
+        shard_index, num_shards: read this worker's share of the training
+            data (data-parallel training).
+    """
+
+    def __init__(self, solver, *, weights=None, data_format="channels_last", arrays=None,
+                 log="caffe", stream=None, jit_compile="auto", snapshot_format=None,
+                 shard_index=0, num_shards=1):
+        from keras_caffe.importers.solver import read_solver
+
+        if log not in _LOGS:
+            raise KerasCaffeError(f"Solver: log must be one of {_LOGS}, got {log!r}")
+        self.param, self.source = read_solver(solver)
+        p = self.param
+        self._log = CaffeLog(stream) if log == "caffe" else None
+        self._progress = log == "progress"
+        self._data_format = data_format
+        self._arrays = arrays
+        self._shard = (shard_index, num_shards)
+        self._check_param()
+        self.seed = p.random_seed if p.random_seed >= 0 else int.from_bytes(os.urandom(4), "little") >> 1
+        self._device = self._choose_device()
+        self._jit = bool(tf.config.list_logical_devices("GPU")) if jit_compile == "auto" \
+            else bool(jit_compile)
+        keras.utils.set_random_seed(self.seed)
+        train, tests = self._net_sources()
+        self._train = self._import(train, "TRAIN", p.train_state if p.HasField("train_state") else None)
+        self.net = self._train.model
+        self._train_outputs = NetOutputs(self.net)
+        self._tests = [self._import(spec, "TEST", state) for spec, state in tests]
+        self.test_nets = [t.model for t in self._tests]
+        self._test_outputs = [NetOutputs(m) for m in self.test_nets]
+        if weights:
+            self.copy_from(weights)
+        self.optimizer = self._make_optimizer()
+        from keras_caffe.importers.training import training_args
+
+        self.net.compile(optimizer=self.optimizer, jit_compile=self._jit, **training_args(self.net))
+        self.optimizer.build(self.net.trainable_variables)
+        self._shared = [self._shared_variables(m) for m in self.test_nets]
+        self._train_pipe = self._pipeline(self._train, "TRAIN", self._shard)
+        self._test_pipes = [self._pipeline(t, "TEST", (0, 1)) for t in self._tests]
+        self._tests_done = 0
+        self._open_streams(train_batches=0, test_batches=[0] * len(self._tests))
+        self._run = train_function(self._train_outputs, self.optimizer, p.iter_size, self._jit)
+        self._run_tests = [test_function(o, self._jit) for o in self._test_outputs]
+        self._losses, self.smoothed_loss = [], 0.0
+        self.snapshot_format = snapshot_format or _FORMATS[p.snapshot_format]
+        if self.snapshot_format not in ("caffe", "caffe_hdf5", "keras"):
+            raise KerasCaffeError(f"Solver: snapshot_format must be 'caffe', 'caffe_hdf5' or "
+                                  f"'keras', got {self.snapshot_format!r}")
+        if self._log:
+            self._log.info(f"Solver scaffolding done ({self._device}, XLA "
+                           f"{'on' if self._jit else 'off'}, random_seed {self.seed}).",
+                           "solver.cpp:57")
+
+    # -- pycaffe's attributes -------------------------------------------------------
+
+    @property
+    def iter(self):
+        """Caffe's ``iter_``: iterations (updates) done."""
+        return int(self.optimizer.iterations.numpy())
+
+    @property
+    def max_iter(self):
+        return self.param.max_iter
+
+    def copy_from(self, weights):
+        """Load ``.caffemodel`` weights into the train net (Caffe's ``-weights``;
+        test nets share the train net's weights at each test)."""
+        from keras_caffe.importers.api import load_into
+        from keras_caffe.importers.weights import load_weights
+
+        paths = weights.split(",") if isinstance(weights, str) else list(weights)
+        for path in paths:
+            if self._log:
+                self._log.info(f"Finetuning from {path}", "solver.cpp:72")
+            load_into(self.net, load_weights(path), source=str(path))
+
+    # -- Caffe's loop --------------------------------------------------------------
+
+    def solve(self, resume_file=None):
+        """Train to ``max_iter`` (resuming from a ``.solverstate`` if given),
+        snapshot after training, test at the end: ``Solver::Solve``."""
+        if self._log:
+            self._log.solving(self.net.name, self.param.lr_policy or "fixed")
+        if resume_file:
+            self.restore(resume_file)
+        self.step(self.param.max_iter - self.iter)
+        p = self.param
+        if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0):
+            self.snapshot()
+        if p.display and self.iter % p.display == 0:
+            with pipeline_errors():
+                loss, _ = self._train_outputs(next(self._train_stream), training=True)
+            self._smooth(float(loss), self.iter)
+        final = self.smoothed_loss if p.display and self.iter % p.display == 0 else None
+        if p.test_interval and self.iter % p.test_interval == 0:
+            self.test_all()
+        if self._log:
+            self._log.finished(self.iter, final)
+        elif self._progress:
+            print()
+
+    def step(self, iters):
+        """Run ``iters`` iterations: ``Solver::Step``."""
+        p = self.param
+        start = self.iter
+        stop = start + int(iters)
+        self._losses, self.smoothed_loss = [], 0.0
+        self._start_iter = start
+        progbar = keras.utils.Progbar(p.max_iter, stateful_metrics=["loss", "lr"]) \
+            if self._progress else None
+        timer, last = time.perf_counter(), start
+        while self.iter < stop:
+            it = self.iter
+            if p.test_interval and it % p.test_interval == 0 and (it > 0 or p.test_initialization):
+                self.test_all()
+            k = self._chunk(it, stop)
+            with tf.device(self._device), pipeline_errors():
+                losses, values = self._run(self._train_stream, tf.constant(k))
+            losses, values = losses.numpy(), values.numpy()
+            for i in range(k):
+                self._smooth(losses[i], it + i)
+                if p.display and (it + i) % p.display == 0 and self._log:
+                    now = time.perf_counter()
+                    lapse = now - timer
+                    self._log.iteration(it + i, (it + i - last) / (lapse or 1.0), lapse,
+                                        p.display, self.smoothed_loss)
+                    self._log.outputs("Train", list(zip(self._train_outputs.names, values[i],
+                                                        self._train_outputs.weights)))
+                    self._log.rate(it + i, self.optimizer.rate_at(it + i))
+                    timer, last = now, it + i
+            if progbar is not None:
+                progbar.update(self.iter, values=[("loss", self.smoothed_loss),
+                                                  ("lr", self.optimizer.rate_at(self.iter - 1))])
+            if p.snapshot and self.iter % p.snapshot == 0:
+                self.snapshot()
+
+    def _chunk(self, it, stop):
+        """Iterations until the next point where Python must act: a display
+        line, a test, a snapshot, or the end."""
+        p = self.param
+        ends = [stop, it + MAX_CHUNK]
+        if p.display:
+            ends.append((it // p.display) * p.display + (p.display if it % p.display else 0) + 1)
+        for every in (p.test_interval, p.snapshot):
+            if every:
+                ends.append((it // every + 1) * every)
+        return max(1, min(ends) - it)
+
+    def _smooth(self, loss, iteration):
+        """Caffe's ``UpdateSmoothedLoss``, in float as Caffe computes it."""
+        average = max(self.param.average_loss, 1)
+        loss = np.float32(loss)
+        if len(self._losses) < average:
+            self._losses.append(loss)
+            size = np.float32(len(self._losses))
+            self.smoothed_loss = (np.float32(self.smoothed_loss) * (size - 1) + loss) / size
+        else:
+            index = (iteration - self._start_iter) % average
+            self.smoothed_loss = np.float32(self.smoothed_loss) + \
+                (loss - self._losses[index]) / np.float32(average)
+            self._losses[index] = loss
+        self.smoothed_loss = float(self.smoothed_loss)
+
+    # -- testing -------------------------------------------------------------------
+
+    def test_all(self):
+        """Test every test net (``Solver::TestAll``); returns one
+        ``{output name: mean value}`` per test net."""
+        results = [self.test(i) for i in range(len(self.test_nets))]
+        self._tests_done += 1
+        return results
+
+    def test(self, index=0):
+        """Share the train net's weights with test net ``index``, run its
+        ``test_iter`` batches and average each output (``Solver::Test``)."""
+        if self._log:
+            self._log.testing(self.iter, index)
+        for source, target in self._shared[index]:
+            target.assign(source)
+        count = self.param.test_iter[index]
+        with tf.device(self._device), pipeline_errors():
+            means = self._run_tests[index](self._test_streams[index], tf.constant(count)).numpy()
+        outputs = self._test_outputs[index]
+        if self._log:
+            self._log.outputs("Test", list(zip(outputs.names, means, outputs.weights)))
+        self._test_batches[index] += count
+        return dict(zip(outputs.names, (float(v) for v in means)))
+
+    # -- snapshots -----------------------------------------------------------------
+
+    def snapshot(self):
+        """Write ``{snapshot_prefix}_iter_{N}`` weights and solver state;
+        returns the written paths."""
+        from keras_caffe.importers.snapshot import save_snapshot
+
+        prefix = self.param.snapshot_prefix or os.path.splitext(str(self.source))[0]
+        directory = os.path.dirname(os.path.abspath(prefix + "_"))
+        os.makedirs(directory, exist_ok=True)
+        files = save_snapshot(self.net, self.optimizer, prefix, self.iter,
+                              format=self.snapshot_format, state=self._state())
+        if self._log:
+            self._log.snapshot(files.weights, files.solverstate)
+        return files
+
+    def restore(self, path):
+        """Resume from a ``.solverstate`` (ours, or Caffe's own): weights,
+        optimizer state, iteration, and the data positions."""
+        from keras_caffe.importers.snapshot import load_snapshot
+
+        if self._log:
+            self._log.restoring(path)
+        state = load_snapshot(path, self.net, self.optimizer)
+        it = self.iter
+        if state.get("version") == _STATE_VERSION:
+            if state.get("seed") != self.seed:
+                self.seed = state["seed"]
+                self._train_pipe = self._pipeline(self._train, "TRAIN", self._shard)
+                self._test_pipes = [self._pipeline(t, "TEST", (0, 1)) for t in self._tests]
+            self._tests_done = state["tests_done"]
+            for path_, value in state.get("rng", {}).items():
+                variable = self._rng_variables().get(path_)
+                if variable is not None:
+                    variable.assign(np.asarray(value, variable.dtype))
+            self._open_streams(state["train_batches"], state["test_batches"])
+        else:  # Caffe's own snapshot: positions follow from the iteration
+            p = self.param
+            tests = 0
+            if p.test_interval:
+                tests = sum(1 for t in range(0, it, p.test_interval)
+                            if t > 0 or p.test_initialization)
+            self._tests_done = tests
+            self._open_streams(it * p.iter_size, [tests * n for n in p.test_iter])
+        return state
+
+    def _state(self):
+        return {
+            "version": _STATE_VERSION, "seed": self.seed, "net": self.net.name,
+            "train_batches": self.iter * self.param.iter_size,
+            "tests_done": self._tests_done, "test_batches": list(self._test_batches),
+            "rng": {path: np.asarray(v.numpy()).tolist()
+                    for path, v in self._rng_variables().items()},
+        }
+
+    def _rng_variables(self):
+        """The model's random-generator states (Dropout's seed generators):
+        variables that are not weights."""
+        weights = {id(v) for v in self.net.weights}
+        return {v.path: v for v in self.net.variables if id(v) not in weights}
+
+    # -- building ------------------------------------------------------------------
+
+    def _check_param(self):
+        p = self.param
+        if p.max_iter < 0:
+            raise SolverError(self.source, f"max_iter must be >= 0, got {p.max_iter}")
+        for field in ("display", "test_interval", "snapshot", "average_loss"):
+            if getattr(p, field) < 0:
+                raise SolverError(self.source, f"{field} must be >= 0, got {getattr(p, field)}")
+        if any(n <= 0 for n in p.test_iter):
+            raise SolverError(self.source, "every test_iter must be > 0")
+        if p.iter_size < 1:
+            raise SolverError(self.source, f"iter_size must be >= 1, got {p.iter_size}")
+
+    def _choose_device(self):
+        gpus = tf.config.list_logical_devices("GPU")
+        if self.param.solver_mode == caffe_pb2.SolverParameter.GPU and gpus:
+            index = self.param.device_id if self.param.HasField("device_id") else 0
+            if index >= len(gpus):
+                raise SolverError(self.source, f"device_id: {index}, but only {len(gpus)} "
+                                               "GPU(s) are visible")
+            return gpus[index].name
+        return "/CPU:0" if not gpus or self.param.solver_mode == caffe_pb2.SolverParameter.CPU \
+            else gpus[0].name
+
+    def _find(self, path, field):
+        """A net file named by ``field``: from the cwd (Caffe), then next to the solver."""
+        candidates = [path]
+        if not os.path.isabs(path) and os.path.isfile(str(self.source)):
+            candidates.append(os.path.join(os.path.dirname(os.path.abspath(self.source)), path))
+        for candidate in candidates:
+            if os.path.isfile(candidate):
+                return candidate
+        raise SolverError(self.source, f"{field}: net file {path!r} not found (looked in the "
+                                       "current directory and next to the solver file)")
+
+    def _net_sources(self):
+        """(train, [(test, test_state)]) as Caffe's InitTrainNet/InitTestNets
+        choose them; each a path or a NetParameter."""
+        p = self.param
+        given = [f for f in ("train_net_param", "train_net", "net_param", "net")
+                 if p.HasField(f)]
+        if not given:
+            raise SolverError(self.source, "no train net: set one of train_net_param, "
+                                           "train_net, net_param, net")
+        if len(given) > 1:
+            raise SolverError(self.source, f"several train nets ({', '.join(given)}); "
+                                           "set only one")
+        field = given[0]
+        train = getattr(p, field) if field.endswith("_param") else self._find(getattr(p, field),
+                                                                                field)
+        generic = None
+        if p.HasField("net_param"):
+            generic = p.net_param
+        elif p.HasField("net"):
+            generic = self._find(p.net, "net")
+        specific = list(p.test_net_param) + [self._find(f, "test_net") for f in p.test_net]
+        if generic is None and len(p.test_iter) != len(specific):
+            if not specific:
+                raise SolverError(self.source, f"test_iter is set ({len(p.test_iter)} value(s)) "
+                                               "but there is no test net: set test_net or net, "
+                                               "or remove test_iter")
+            raise SolverError(self.source, f"test_iter must be given once per test net: "
+                                           f"{len(specific)} test net(s), {len(p.test_iter)} "
+                                           "test_iter value(s)")
+        if generic is not None and len(p.test_iter) < len(specific):
+            raise SolverError(self.source, "test_iter must be specified for each test network")
+        nets = specific + [generic] * (len(p.test_iter) - len(specific))
+        if p.test_state and len(p.test_state) != len(nets):
+            raise SolverError(self.source, f"test_state must be given once per test net "
+                                           f"({len(nets)}), got {len(p.test_state)}")
+        states = list(p.test_state) or [None] * len(nets)
+        if p.test_interval and not nets:
+            pass  # Caffe accepts test_interval without test nets and tests nothing
+        return train, list(zip(nets, states))
+
+    def _import(self, net, phase, state):
+        from keras_caffe.importers.api import import_net
+
+        level = state.level if state is not None else 0
+        stages = tuple(state.stage) if state is not None else ()
+        if self._log:
+            what = "training" if phase == "TRAIN" else "test"
+            name = net if isinstance(net, str) else "net parameter"
+            self._log.info(f"Creating {what} net from {name}",
+                           "solver.cpp:102" if phase == "TRAIN" else "solver.cpp:190")
+        imported = import_net(net, phase=phase, level=level, stages=stages,
+                              data_format=self._data_format)
+        if isinstance(net, str):
+            imported.net_source = net
+        else:
+            imported.net_source = str(self.source)
+        return imported
+
+    def _make_optimizer(self):
+        from keras_caffe.importers.export import param_multipliers
+        from keras_caffe.optimizers.from_solver import optimizer_from_solver
+
+        lr_mult, decay_mult = param_multipliers(self.net)
+        return optimizer_from_solver(self.param, lr_mult=lr_mult, decay_mult=decay_mult)
+
+    def _shared_variables(self, test_model):
+        """(train variable, test variable) pairs: Caffe's test nets share the
+        train net's blobs layer by layer, by name (``ShareTrainedLayersWith``)."""
+        from keras_caffe.importers.api import caffe_parts
+
+        train_parts = caffe_parts(self.net)
+        pairs = []
+        for name, (layer, start, count, _) in caffe_parts(test_model).items():
+            if name not in train_parts:
+                continue
+            source, s_start, s_count, _ = train_parts[name]
+            targets = layer.caffe_variables()[start:start + count]
+            sources = source.caffe_variables()[s_start:s_start + s_count]
+            if len(targets) != len(sources) or any(
+                    tuple(a.shape) != tuple(b.shape) for a, b in zip(sources, targets)):
+                raise KerasCaffeError(f"{self.source}: layer {name!r} has different blobs in "
+                                      "the train and test nets; they cannot share weights")
+            pairs.extend(zip(sources, targets))
+        return pairs
+
+    def _pipeline(self, imported, phase, shard):
+        from keras_caffe.importers.pipelines import net_pipeline
+
+        return net_pipeline(imported.net, phase, net_source=imported.net_source,
+                            data_format=self._data_format, seed=self.seed, arrays=self._arrays,
+                            shard_index=shard[0], num_shards=shard[1])
+
+    def _open_streams(self, train_batches, test_batches):
+        self._train_stream = iter(self._train_pipe.dataset(start_batch=train_batches))
+        self._test_batches = list(test_batches)
+        self._test_streams = [iter(pipe.dataset(start_batch=n))
+                              for pipe, n in zip(self._test_pipes, self._test_batches)]
+
+
+def get_solver(path, **kwargs):
+    """pycaffe's ``caffe.get_solver``: a ``Solver`` for a solver file."""
+    return Solver(path, **kwargs)

@@ -1,0 +1,110 @@
+"""keras_caffe.Solver (``keras-caffe train``) against BVLC Caffe's own runs.
+
+The golden solver cases (../shared/golden/solvers, README there) were run
+with ``caffe train -solver solver.prototxt -weights init.caffemodel``; the
+Solver runs the same files, in a copy of each folder, and must print the
+same smoothed loss and lr at every iteration, end with Caffe's weights, and
+write a snapshot equal to Caffe's own ``bin_run`` snapshot.
+"""
+
+import io
+import shutil
+
+import numpy as np
+import pytest
+
+import keras_caffe
+from caffe_log_parser import PREFIX, parse, rates
+from support import GOLDEN
+
+CASES = [
+    "sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam",
+    "sgd_l1", "sgd_clip", "sgd_itersize2",
+    "sgd_lr_step", "sgd_lr_multistep", "sgd_lr_exp", "sgd_lr_inv", "sgd_lr_poly",
+    "sgd_lr_sigmoid",
+]
+BLOBS = ("ip1_w", "ip1_b", "ip2_w", "ip2_b")
+
+
+def final_losses(text):
+    """``{iteration: smoothed loss}`` including Solve's last ``Iteration N, loss``."""
+    import re
+
+    return {int(m.group(1)): float(m.group(2))
+            for m in re.finditer(r"\] Iteration (\d+)(?: \([^)]*\))?, loss = ([-+.\deEnaif]+)", text)}
+
+
+def run_case(case, tmp_path, monkeypatch, **kwargs):
+    work = tmp_path / case
+    shutil.copytree(GOLDEN / "solvers" / case, work, ignore=shutil.ignore_patterns("bin_run"))
+    monkeypatch.chdir(work)
+    stream = io.StringIO()
+    solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log="caffe",
+                                stream=stream, **kwargs)
+    solver.solve()
+    return solver, stream.getvalue(), work
+
+
+def blobs_of(solver):
+    from keras_caffe.importers.api import caffe_layers
+
+    layers = caffe_layers(solver.net)
+    return {f"{name}_{kind}": blob for name in ("ip1", "ip2")
+            for kind, blob in zip("wb", layers[name].caffe_blobs())}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_solver_reproduces_caffes_log_and_weights(golden, case, tmp_path, monkeypatch):
+    solver, log, work = run_case(case, tmp_path, monkeypatch)
+    caffe_log = (golden / "solvers" / case / "caffe_binary.log").read_text()
+    ours, theirs = final_losses(log), final_losses(caffe_log)
+    assert sorted(ours) == sorted(theirs) == list(range(31))
+    np.testing.assert_allclose([ours[i] for i in range(31)], [theirs[i] for i in range(31)],
+                               rtol=3e-5, atol=1e-6)
+    assert rates(log).keys() == rates(caffe_log).keys()
+    np.testing.assert_allclose(list(rates(log).values()), list(rates(caffe_log).values()),
+                               rtol=1e-5)
+    trajectory = np.load(golden / "solvers" / case / "trajectory.npz")
+    for name, blob in blobs_of(solver).items():
+        np.testing.assert_allclose(blob, trajectory[name][-1], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    assert solver.iter == 30
+    # snapshot_after_train: the files Caffe's own run wrote, with its numbers.
+    from keras_caffe.importers.weights import load_weights
+
+    ours_w = load_weights(work / "bin_run" / "snap_iter_30.caffemodel")
+    caffes = load_weights(golden / "solvers" / case / "bin_run" / "snap_iter_30.caffemodel")
+    for layer in ("ip1", "ip2"):
+        for a, b in zip(ours_w[layer], caffes[layer]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_log_is_readable_by_caffes_parsers(golden, tmp_path, monkeypatch):
+    _, log, _ = run_case("sgd_lr_step", tmp_path, monkeypatch)
+    lines = log.splitlines()
+    assert lines and all(PREFIX.match(line) for line in lines), lines[:3]
+    train, test, smoothed = parse(log)
+    assert [row["NumIters"] for row in train] == list(range(30))
+    assert all(set(row) == {"NumIters", "Seconds", "LearningRate", "loss"} for row in train)
+    assert test == []
+    caffe_train, _, _ = parse((golden / "solvers" / "sgd_lr_step" / "caffe_binary.log").read_text())
+    np.testing.assert_allclose([r["loss"] for r in train], [r["loss"] for r in caffe_train],
+                               rtol=3e-5)
+    # parse_log.py's row lr is the last lr line before the row (NaN for the first).
+    np.testing.assert_allclose([r["LearningRate"] for r in train[1:]],
+                               [r["LearningRate"] for r in caffe_train[1:]], rtol=1e-5)
+
+
+def test_pycaffe_style_step(golden, tmp_path, monkeypatch):
+    work = tmp_path / "sgd"
+    shutil.copytree(GOLDEN / "solvers" / "sgd", work, ignore=shutil.ignore_patterns("bin_run"))
+    monkeypatch.chdir(work)
+    solver = keras_caffe.get_solver("solver.prototxt", log=None)
+    solver.copy_from("init.caffemodel")
+    solver.step(10)
+    assert solver.iter == 10
+    solver.step(20)
+    assert solver.iter == 30
+    trajectory = np.load(work / "trajectory.npz")
+    for name, blob in blobs_of(solver).items():
+        np.testing.assert_allclose(blob, trajectory[name][-1], rtol=1e-5, atol=1e-6)
