@@ -8,7 +8,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TF_SPEC ?= tensorflow>=2.16
-EXTRAS ?= test,lmdb
+EXTRAS ?= test,lmdb,leveldb,plots
 BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -48,6 +48,8 @@ bench: install
 	$(BIN)/python benchmarks/optimizer_step.py
 	$(BIN)/python benchmarks/import_speed.py
 	$(BIN)/python benchmarks/yellowfin_overhead.py
+	$(BIN)/python benchmarks/yellowfin_no_tuning.py
+	$(BIN)/python benchmarks/pipelines.py
 	$(BIN)/python benchmarks/train_vs_caffe.py
 
 # protoc 25 (grpcio-tools 1.62.3) writes gencode without a runtime version

@@ -64,12 +64,19 @@ def atomic_output(path, suffix=""):
     try:
         yield tmp
         fsync_file(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would give
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     fsync_directory(directory)
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes_durably(path, data):
