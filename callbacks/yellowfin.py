@@ -15,6 +15,8 @@ KEYS = {
     "yf_h_max": "h_max",
     "yf_grad_var": "grad_var",
     "yf_dist_to_opt": "dist_to_opt",
+    "yf_target_mu": "target_momentum",
+    "yf_total_mu": "total_momentum",
 }
 
 
@@ -23,12 +25,14 @@ class YellowFinMonitor(keras.callbacks.Callback):
 
     ``yf_lr`` and ``yf_mu`` are the rate (before ``lr_factor``) and momentum
     of the last update; ``yf_h_min``, ``yf_h_max``, ``yf_grad_var`` (C) and
-    ``yf_dist_to_opt`` (D) its statistics. Callbacks listed after this one
+    ``yf_dist_to_opt`` (D) its statistics; ``yf_target_mu`` is SingleStep's
+    momentum and ``yf_total_mu`` the measured total momentum of closed-loop
+    YellowFin (NaN in the open loop). Callbacks listed after this one
     see them: put it before ``CSVLogger`` and ``TensorBoard``; ``History``
     (added last by ``fit``) always records them. The model's optimizer must be
     a ``YellowFin``, possibly inside a ``LossScaleOptimizer``.
 
-    Each batch end reads the six values from the device (one transfer).
+    Each batch end reads the eight values from the device (one transfer).
     """
 
     def on_train_begin(self, logs=None):

@@ -1,6 +1,8 @@
 """YellowFin: an independent float64 transcription of the paper's equations
 fed the optimizer's gradient sequence (open loop: the gradients do not depend
-on the weights), the cubic against numpy.roots, NaN/inf skipping, arguments,
+on the weights), also on big tensors under XLA (summed in rows), the cubic
+against numpy.roots, the one-pass gradient sums, no parameter-sized copies in
+the compiled update, NaN/inf skipping (with Keras's use_ema too), arguments,
 serialization, save/load resume, model.fit with and without XLA and under
 mixed_float16, Caffe's weight decay and lr_mult, and YellowFinMonitor."""
 
@@ -118,11 +120,10 @@ def observed(optimizer):
 # -- gradient sequences -----------------------------------------------------------------
 
 
-def quadratic_gradients(steps=32, seed=0, sparse=False):
+def quadratic_gradients(steps=32, seed=0, sparse=False, shapes=((6,), (3, 2))):
     """Noisy quadratic: g = H * x_t + noise along an open-loop path x_t -> 0,
     curvatures over two decades, one exploding gradient (step 12)."""
     rng = np.random.default_rng(seed)
-    shapes = [(6,), (3, 2)]
     curv = [np.logspace(-1, 1, int(np.prod(s))).reshape(s) for s in shapes]
     x0 = [rng.normal(size=s) * 3 for s in shapes]
     out = []
@@ -157,11 +158,12 @@ def mlp_gradients(steps=30, seed=0):
     return start, out
 
 
-def run_open_loop(start, sequence, config, traced=False):
+def run_open_loop(start, sequence, config, traced=False, jit_compile=False):
     variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
     optimizer = YellowFin(**config)
     reference = Reference(start, **config)
-    apply = tf.function(lambda grads: optimizer.apply(grads, variables)) if traced \
+    apply = tf.function(lambda grads: optimizer.apply(grads, variables),
+                        jit_compile=jit_compile) if traced or jit_compile \
         else (lambda grads: optimizer.apply(grads, variables))
     for t, grads in enumerate(sequence):
         apply([tf.constant(g) for g in grads])
@@ -230,6 +232,67 @@ def test_options_match_the_equations(variant):
         np.testing.assert_allclose(var.numpy(), w, rtol=1e-4, atol=1e-6)
 
 
+# -- big tensors: the row sums, and no copies under XLA ---------------------------------
+
+# 76800 elements: summed in rows of 1024 on the CPU (yellowfin_tuner._sums).
+BIG = ((300, 256), (256,))
+
+
+@pytest.mark.parametrize("clipping", CLIPPING)
+def test_big_tensors_match_the_equations_under_xla(clipping):
+    """The quadratic at 6400x the size, through XLA ("on": ||g|| is about
+    2000, 74000 at the spike: clip_thresh, then the protection, then
+    sqrt(h_max) clip it)."""
+    start, sequence = quadratic_gradients(steps=16, shapes=BIG)
+    config = dict(curv_win_width=5, **CLIPPING[clipping])
+    if "clip_thresh" in config:
+        config["clip_thresh"] = 30000.0
+    run_open_loop(start, sequence, config, jit_compile=True)
+
+
+def test_gradient_sums_in_rows_and_flat():
+    rng = np.random.default_rng(3)
+    assert yellowfin_tuner._row_width(1 << 20) == 1024
+    assert yellowfin_tuner._row_width(100000) == 1000
+    assert yellowfin_tuner._row_width(65537) is None  # a prime: summed flat
+    shapes = [(1 << 10, 1 << 7), (100, 1000), (65537,), (7,)]
+    grads = [rng.normal(size=s).astype("float32") * (rng.random(s) < 0.7) for s in shapes]
+    grads[2][5] = 0.0
+    averages = [rng.normal(size=s).astype("float32") for s in shapes]
+    for jit_compile in (False, True):
+        sums = tf.function(lambda g, a: yellowfin_tuner.gradient_sums(g, a, count_nonzero=True),
+                           jit_compile=jit_compile)(grads, averages)
+        g64 = [x.astype(np.float64) for x in grads]
+        np.testing.assert_allclose(float(sums.sq_norm), sum(np.sum(x * x) for x in g64),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            float(sums.deviation), sum(np.sum((x - a) ** 2) for x, a in zip(g64, averages)),
+            rtol=1e-6)
+        assert float(sums.nonzero) == sum(np.count_nonzero(x) for x in grads)
+
+
+@pytest.mark.parametrize("config", [dict(), dict(clip_thresh=1.0, use_nesterov=True),
+                                    dict(sparsity_debias=True, use_adaptive_clip=False)],
+                         ids=["defaults", "clip-nesterov", "sparse"])
+def test_xla_update_copies_no_parameter_tensor(config):
+    """The compiled update writes the weights and slots in place: no copy of a
+    parameter-sized tensor (an XLA conditional around the writes made one of
+    each per step)."""
+    variables = [keras.Variable(np.ones(s, "float32")) for s in BIG]
+    optimizer = YellowFin(**config)
+    optimizer.build(variables)
+    step = tf.function(lambda grads: optimizer.apply(grads, variables), jit_compile=True)
+    grads = [tf.ones(s) for s in BIG]
+    hlo = step.experimental_get_compiler_ir(grads)(stage="optimized_hlo")
+    for shape in BIG:
+        text = "f32[" + ",".join(map(str, shape)) + "]"
+        copies = [line for line in hlo.splitlines()
+                  if f"= {text}" in line and " copy(" in line]
+        assert not copies, copies
+    step(grads)
+    assert int(optimizer.iterations) == 1
+
+
 # -- the cubic ----------------------------------------------------------------------------
 
 
@@ -288,6 +351,38 @@ def test_non_finite_gradient_skips_the_step(bad, mode):
         reference.step(grads)
     for var, w in zip(variables, reference.w):
         np.testing.assert_allclose(var.numpy(), w, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_non_finite_gradient_leaves_keras_ema_alone(jit_compile):
+    """With use_ema, Keras's moving averages of the weights stay too."""
+    start, sequence = quadratic_gradients(steps=5)
+    variables = [keras.Variable(w) for w in start]
+    optimizer = YellowFin(curv_win_width=3, use_ema=True)
+    optimizer.build(variables)
+    apply = tf.function(lambda grads: optimizer.apply(grads, variables), jit_compile=jit_compile)
+    for grads in sequence[:4]:
+        apply([tf.constant(g) for g in grads])
+    before = [v.numpy().copy() for v in optimizer.variables + variables]
+    apply([tf.constant(np.full_like(g, np.inf)) for g in sequence[4]])
+    assert int(optimizer.skipped_steps) == 1 and int(optimizer.iterations) == 4
+    changed = [var.path for value, var in zip(before, optimizer.variables + variables)
+               if not np.array_equal(var.numpy(), value) and var is not optimizer._skipped_steps]
+    assert not changed
+
+
+def test_ema_weights_start_the_variance_at_zero():
+    """k_0 = 1 and 1 - k_0 = 0 exactly (1 - k_0 by subtraction can be -1 ulp,
+    which started C at -1e-7 ||g||^2); later k_t to float32 accuracy."""
+    k, keep = yellowfin_tuner.ema_weights(0.999, tf.constant(0.0), True)
+    assert float(keep) == 0.0 and float(k) == pytest.approx(1.0, abs=2e-7)
+    for t in (1.0, 7.0, 1000.0, 1e5):
+        k, keep = yellowfin_tuner.ema_weights(0.999, tf.constant(t), True)
+        exact = 0.001 / (1.0 - 0.999 ** (t + 1))
+        assert float(k) == pytest.approx(exact, rel=1e-6)
+        assert float(keep) == pytest.approx(1.0 - exact, rel=1e-6)
+    k, keep = yellowfin_tuner.ema_weights(0.9, tf.constant(3.0), False)
+    assert (float(k), float(keep)) == pytest.approx((0.1, 0.9), rel=1e-7)
 
 
 # -- arguments and state ------------------------------------------------------------------------

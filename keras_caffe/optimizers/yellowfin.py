@@ -1,5 +1,6 @@
 """YellowFin, the momentum and learning-rate tuner, as a Caffe-style optimizer."""
 
+import collections
 import math
 
 import keras
@@ -9,6 +10,7 @@ from keras import ops
 from keras_caffe._checks import check_int, check_number
 from keras_caffe._serializable import register
 from keras_caffe.errors import ArgumentError, KerasCaffeError
+from keras_caffe.optimizers import yellowfin_feedback as feedback
 from keras_caffe.optimizers import yellowfin_tuner as tuner
 from keras_caffe.optimizers.base import CaffeOptimizer
 
@@ -17,6 +19,19 @@ _FLAGS = ("zero_debias", "sparsity_debias", "use_unsmoothed_lr_mu", "h_min_log_s
           "h_max_log_smooth", "use_adaptive_clip", "use_nesterov")
 _AVERAGES = ("h_min_avg", "h_max_avg", "grad_norm_sq_avg", "grad_norm_avg", "dist_avg",
              "grad_var_avg")
+
+_Update = collections.namedtuple("_Update", "finite momentum rate step_factor stat_factor "
+                                 "avg_weight")
+_Update.__doc__ = """This update's scalars for ``update_step``, computed once: whether it
+is taken (``finite``), the momentum and the rate of the step (before ``lr_mult``), the
+factors of ``g`` in the step and in ``avg(g)`` (the clip scales, or 1), and ``k`` of
+``avg(g)``. A skipped update gets momentum 1 and zero rate, factors and ``k``, which
+write every per-parameter value back unchanged."""
+
+
+def _handle(variable):
+    """The resource handle of a Keras or TensorFlow variable."""
+    return variable.value.handle if isinstance(variable, keras.Variable) else variable.handle
 
 
 @register
@@ -46,13 +61,22 @@ class YellowFin(CaffeOptimizer):
         v <- mu * v + g
         w <- w - r * v                  (use_nesterov: w <- w - r * (g + mu * v))
 
-    A gradient with a NaN or inf (or a squared norm beyond float32) skips the
-    update: no weight or statistic changes, ``iterations`` does not advance
+    A gradient with a NaN or inf (or with ``||g||^2`` or ``||g - avg(g)||^2``
+    beyond float32) skips the update: no weight, slot or statistic changes
+    (nor Keras's ``use_ema`` averages), ``iterations`` does not advance
     and ``skipped_steps`` does (under ``mixed_float16`` the
     ``LossScaleOptimizer`` skips such steps first).
     Guards, as the authors': curvature samples are ``||g||^2 + 1e-6``, C is
     floored at 1e-6 and ``D``'s denominator is ``avg(||g||^2) + 1e-6``.
     Not supported: ``tf.distribute`` with more than one replica.
+
+    Cost: two passes over the parameters per update. The first reads ``g`` and
+    ``avg(g)`` for ``||g||^2`` and ``||g - avg(g)||^2``, which mu and the rate
+    of this very step need; the second writes ``avg(g)``, ``v`` and ``w``. In
+    float32 that is 36 bytes of memory traffic per parameter against momentum
+    SGD's 20, so a memory-bound update takes about 1.8x as long
+    (``benchmarks/optimizer_step.py``); in a whole training step the update is
+    a small part (``benchmarks/yellowfin_overhead.py``).
 
     Args:
         learning_rate, momentum: used for the first update only (a number;
@@ -71,11 +95,21 @@ class YellowFin(CaffeOptimizer):
         use_adaptive_clip, stat_protect_fac: the adaptive clipping of the
             paper's Appendix F.
         use_nesterov: Nesterov momentum.
+        closed_loop, staleness, feedback_gain: closed-loop YellowFin (paper,
+            Section 4), for asynchronous or stale-gradient training (a
+            parameter server): the total momentum is measured assuming
+            gradients ``staleness`` updates old (>= 0) and the algorithmic
+            momentum is driven to SingleStep's ``mu`` with gain
+            ``feedback_gain`` (in (0, 1], the paper's 0.01). Synchronous
+            training (staleness 0, an all-reduce) needs none of it. Not with
+            ``use_nesterov``. See ``keras_caffe.optimizers.yellowfin_feedback``.
         **kwargs: the shared Caffe arguments of ``CaffeOptimizer``.
 
     ``tuned_learning_rate``, ``tuned_momentum``, ``h_min``, ``h_max``,
     ``grad_var``, ``dist_to_opt`` and ``skipped_steps`` read the state (NaN for
-    the statistics before the first update).
+    the statistics before the first update); with ``closed_loop``,
+    ``tuned_momentum`` is the algorithmic momentum, ``target_momentum``
+    SingleStep's and ``total_momentum`` the measured total (NaN until measured).
     Reference: the authors' TensorFlow ``YFOptimizer``, JianGoForIt/YellowFin
     tuner_utils/yellowfin.py; ``keras_caffe.optimizers.yellowfin_tuner``.
     """
@@ -88,7 +122,8 @@ class YellowFin(CaffeOptimizer):
     def __init__(self, learning_rate=1e-4, momentum=0.0, *, lr_factor=1.0, clip_thresh=None,
                  beta=0.999, curv_win_width=20, zero_debias=True, sparsity_debias=False,
                  use_unsmoothed_lr_mu=True, h_min_log_smooth=True, h_max_log_smooth=True,
-                 use_adaptive_clip=True, stat_protect_fac=100.0, use_nesterov=False, **kwargs):
+                 use_adaptive_clip=True, stat_protect_fac=100.0, use_nesterov=False,
+                 closed_loop=False, staleness=0, feedback_gain=0.01, **kwargs):
         owner = type(self).__name__
         if isinstance(learning_rate, _Schedule) or callable(learning_rate):
             raise ArgumentError(owner, "learning_rate", "must be a number (the rate before "
@@ -109,6 +144,16 @@ class YellowFin(CaffeOptimizer):
             if not isinstance(flags[name], bool):
                 raise ArgumentError(owner, name, f"must be True or False, got {flags[name]!r}")
             setattr(self, name, flags[name])
+        if not isinstance(closed_loop, bool):
+            raise ArgumentError(owner, "closed_loop",
+                                f"must be True or False, got {closed_loop!r}")
+        if closed_loop and use_nesterov:
+            raise ArgumentError(owner, "closed_loop", "cannot be used with use_nesterov=True "
+                                "(the total momentum is measured for heavy-ball momentum)")
+        self.closed_loop = closed_loop
+        self.staleness = check_int(owner, "staleness", staleness, low=0)
+        self.feedback_gain = check_number(owner, "feedback_gain", feedback_gain, high=1.0,
+                                          low_open=True)
 
     def build(self, variables):
         if self.built:
@@ -132,26 +177,43 @@ class YellowFin(CaffeOptimizer):
         self._curv_win = scalar("curv_win", shape=(self.curv_win_width,))
         for name in _AVERAGES + (("sparsity_avg",) if self.sparsity_debias else ()):
             setattr(self, "_" + name, scalar(name))
+        if self.closed_loop:
+            feedback.build(self, self.velocity)
 
     # -- the update ------------------------------------------------------------
 
     def apply_update(self, grads, variables):
-        # ||g||^2 is NaN or inf iff some entry is (or the norm overflows, which
-        # would poison the statistics as surely): one pass tests and measures.
-        # A skipped step never reaches Optimizer.apply, so `iterations` stays.
-        sq_norm = ops.sum(ops.stack([ops.sum(ops.square(ops.cast(g, "float32")))
-                                     for g in grads]))
+        # Two passes over the gradient: one reduction (||g||^2, ||g - avg(g)||^2),
+        # which the tuned mu and rate need, then one elementwise pass writing
+        # avg(g), the velocity and the weights (update_step).
+        # A gradient with a NaN or inf makes ||g||^2 NaN or inf (so does a norm
+        # that overflows, which would poison the statistics as surely). Such a
+        # step is skipped by writing every variable back unchanged (scalars
+        # through where(finite, new, old), tensors by a neutral update_step),
+        # not by a cond around the update: an XLA conditional that writes the
+        # weights copies them on every step.
+        averages = [self.slot(self.grad_avg, v) for v in variables]
+        sums = tuner.gradient_sums(grads, averages, self.sparsity_debias)
+        update = self._tune(grads, variables, sums)
+        skipped = ops.cast(ops.logical_not(update.finite), "int64")
+        object.__setattr__(self, "_update", update)
+        try:
+            if self.use_ema:
+                # Keras's moving average of the weights would move on a
+                # skipped step: keep it out of that step with a cond.
+                ops.cond(update.finite,
+                         lambda: super(YellowFin, self).apply_update(grads, variables),
+                         lambda: None)
+            else:
+                super().apply_update(grads, variables)
+                self.iterations.assign_sub(skipped)  # Optimizer.apply counted it
+        finally:
+            object.__setattr__(self, "_update", None)
+        self._skipped_steps.assign_add(skipped)
 
-        def update():
-            scale = self._tune(grads, variables, sq_norm)
-            scaled = grads if scale is None else [
-                ops.multiply(g, ops.cast(scale, g.dtype)) for g in grads]
-            super(YellowFin, self).apply_update(scaled, variables)
-
-        def skip():
-            self._skipped_steps.assign_add(1)
-
-        ops.cond(ops.isfinite(sq_norm), update, skip)
+    def _commit(self, variable, value, finite):
+        """Assign ``value``, or keep the old value on a skipped step."""
+        self.assign(variable, ops.where(finite, value, variable))
 
     def _step_rate(self):
         """The tuned rate times ``lr_factor``, as the momentum step uses it."""
@@ -160,37 +222,67 @@ class YellowFin(CaffeOptimizer):
         return self._yf_lr * ops.cast(factor, "float32")
 
     def update_step(self, gradient, variable, learning_rate):
-        v = self.slot(self.velocity, variable)
-        mu = ops.cast(self._yf_mu, variable.dtype)
-        rate = self.local_rate(self._step_rate(), variable)
-        v_new = ops.add(ops.multiply(mu, v), gradient)
-        self.assign(v, v_new)
-        step = ops.add(gradient, ops.multiply(mu, v_new)) if self.use_nesterov else v_new
-        self.assign_sub(variable, ops.multiply(rate, step))
+        """One variable's share of the update pass: velocity, weights, avg(g).
 
-    def _tune(self, grads, variables, sq_norm):
-        """Measure, tune and store mu and the rate; return the gradient scale."""
+        The momentum step is TensorFlow's fused ``ResourceApplyMomentum``
+        (``v <- mu v + g``, ``w <- w - r v``, or Nesterov's ``w <- w - r g - r mu v``):
+        one kernel without XLA, and under XLA the same fused loop as the ops."""
+        update = self._update
+        dtype = variable.dtype
+        v, avg = self.slot(self.velocity, variable), self.slot(self.grad_avg, variable)
+        # multiply_no_nan: a zero factor (a skipped step) zeroes a NaN or inf too.
+        g = tf.math.multiply_no_nan(gradient, ops.cast(update.step_factor, gradient.dtype))
+        tf.raw_ops.ResourceApplyMomentum(
+            var=_handle(variable), accum=_handle(v), lr=self.local_rate(update.rate, variable),
+            grad=ops.cast(g, dtype), momentum=ops.cast(update.momentum, dtype),
+            use_locking=False, use_nesterov=self.use_nesterov)
+        g32 = g if update.stat_factor is update.step_factor else tf.math.multiply_no_nan(
+            gradient, ops.cast(update.stat_factor, gradient.dtype))
+        g32, avg32 = ops.cast(g32, "float32"), ops.cast(avg, "float32")
+        self.assign(avg, avg32 + update.avg_weight * (g32 - avg32))
+
+    def _tune(self, grads, variables, sums):
+        """Measure, tune and store mu and the rate; return the ``_Update``."""
         learning_rate = self.learning_rate
         t_int = ops.copy(self.iterations)  # a read, not the variable
         t = ops.cast(t_int, "float32")
         tuning = ops.greater(t_int, 0)
         h_max_prev = tuner.stored_estimates(self)[1]
-        (h_min, h_max, grad_var, dist), scale, norm = tuner.measure(
-            self, grads, variables, sq_norm, t_int, tuning, h_max_prev)
+        averages = [self.slot(self.grad_avg, v) for v in variables]
+        measured = tuner.measure(self, grads, averages, sums, t_int, tuning, h_max_prev)
+        finite = measured.finite
+        for variable, value in measured.state:
+            self._commit(variable, value, finite)
+        h_min, h_max, grad_var, dist = measured.estimates
         mu, alpha = tuner.single_step(grad_var, dist, h_min, h_max)
         alpha = ops.minimum(alpha, alpha * (t + 1.0) / (10.0 * self.curv_win_width))
-        prev_mu = ops.where(tuning, self._yf_mu, self.momentum)
+        prev_mu = ops.where(tuning, self._cl_target if self.closed_loop else self._yf_mu,
+                            self.momentum)
         prev_lr = ops.where(tuning, self._yf_lr, ops.cast(learning_rate, "float32"))
         mu, alpha = ops.where(tuning, mu, prev_mu), ops.where(tuning, alpha, prev_lr)
         if not self.use_unsmoothed_lr_mu:
             mu = self.beta * prev_mu + (1.0 - self.beta) * mu
             alpha = self.beta * prev_lr + (1.0 - self.beta) * alpha
-        self.assign(self._yf_mu, mu)
-        self.assign(self._yf_lr, alpha)
+        self._commit(self._yf_mu, mu, finite)
+        self._commit(self._yf_lr, alpha, finite)
 
+        scale, step_scale = measured.scale, measured.scale
         if self.use_adaptive_clip:
-            scale = scale * ops.where(tuning, tuner.clip_scale(norm, ops.sqrt(h_max_prev)), 1.0)
-        return scale
+            step_scale = scale * ops.where(
+                tuning, tuner.clip_scale(measured.norm, ops.sqrt(h_max_prev)), 1.0)
+        if self.closed_loop:  # mu is the target: the feedback sets yf_mu
+            feedback.close_loop(self, grads, variables, mu, step_scale, t_int, finite)
+
+        def taken(value, otherwise):
+            # The step's scalars (read after every assignment above); on a
+            # skipped step the neutral ones, which leave everything as it was.
+            return ops.where(finite, 1.0 if value is None else value, otherwise)
+
+        step_factor = taken(step_scale, 0.0)
+        stat_factor = step_factor if step_scale is scale else taken(scale, 0.0)
+        return _Update(finite, taken(ops.convert_to_tensor(self._yf_mu), 1.0),
+                       taken(self._step_rate(), 0.0), step_factor, stat_factor,
+                       taken(measured.avg_weight, 0.0))
 
     # -- reading the tuner -------------------------------------------------------
 
@@ -214,6 +306,22 @@ class YellowFin(CaffeOptimizer):
         if not self.built:
             return self.momentum
         return ops.where(ops.greater(self.iterations, 0), self._yf_mu, self.momentum)
+
+    @property
+    def target_momentum(self):
+        """SingleStep's momentum of the last update (the closed loop's target;
+        ``tuned_momentum`` in the open loop)."""
+        if not self.closed_loop or not self.built:
+            return self.tuned_momentum
+        return ops.where(ops.greater(self.iterations, 0), self._cl_target, self.momentum)
+
+    @property
+    def total_momentum(self):
+        """The closed loop's last measured total momentum (NaN before the
+        first measurement, and in the open loop)."""
+        if not self.closed_loop or not self.built:
+            return math.nan
+        return ops.copy(self._cl_total)
 
     h_min = property(lambda self: self._measured(0), doc="The curvature range's low end.")
     h_max = property(lambda self: self._measured(1), doc="The curvature range's high end.")
@@ -248,6 +356,8 @@ class YellowFin(CaffeOptimizer):
         factor = self.lr_factor
         config["lr_factor"] = keras.optimizers.schedules.serialize(factor) \
             if isinstance(factor, _Schedule) else factor
+        config.update(closed_loop=self.closed_loop, staleness=self.staleness,
+                      feedback_gain=self.feedback_gain)
         return config
 
     @classmethod
