@@ -92,26 +92,38 @@ def _hdf5(layer, net_source):
 
 @reader("Data")
 def _database(layer, net_source):
+    """The first Datum of the LMDB or LevelDB (``data_param.backend``) gives the
+    shape, as Caffe's DataLayerSetUp: raw records their channels x height x
+    width, encoded ones their decoded image's, forced to 3 channels with
+    ``force_color`` / ``force_encoded_color`` and to 1 with ``force_gray``."""
+    import contextlib
+
+    from keras_caffe.importers import records
     from keras_caffe.proto import caffe_pb2
 
     p = layer.data_param
-    if p.backend != caffe_pb2.DataParameter.LMDB:
-        raise LayerError(layer.name, "only backend: LMDB databases are read "
-                                     "(LevelDB has no maintained Python binding); give "
-                                     "input_shapes={top: shape} for others")
-    import lmdb
-
     path = _find(layer, p.source, net_source)
-    with lmdb.open(path, readonly=True, lock=False, subdir=os.path.isdir(path)) as env:
-        with env.begin() as txn:
-            record = next(iter(txn.cursor()), None)
-    if record is None:
-        raise LayerError(layer.name, f"LMDB {path!r} is empty")
-    datum = caffe_pb2.Datum.FromString(record[1])
+    store = records.open_store(layer, path)
+    kind = store.kind
+    with contextlib.closing(store.items()) as pairs:
+        key, value = next(pairs, (None, None))
+    del store, pairs  # a LevelDB is closed (and unlocked) unless a pipeline still reads it
+    if key is None:
+        raise LayerError(layer.name, f"{kind} {path!r} is empty")
+    try:
+        datum = caffe_pb2.Datum.FromString(value)
+    except Exception as err:  # noqa: BLE001 - protobuf's DecodeError or RuntimeError
+        raise LayerError(layer.name, f"{kind} {path!r} record {records.key_text(key)} is not a "
+                                     f"Caffe Datum ({err})") from None
     if datum.encoded:
         import tensorflow as tf
 
-        image = tf.io.decode_image(datum.data).numpy()
+        try:
+            image = tf.io.decode_image(datum.data, expand_animations=False).numpy()
+        except tf.errors.OpError as err:
+            raise LayerError(layer.name, f"{kind} {path!r} record {records.key_text(key)} is "
+                                         f"encoded but not an image TensorFlow decodes "
+                                         f"({err.message})") from None
         channels, height, width = image.shape[2], image.shape[0], image.shape[1]
         # What Caffe's DecodeDatum gives: color forced to 3 channels, gray to 1.
         if layer.transform_param.force_color or p.force_encoded_color:

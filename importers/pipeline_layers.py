@@ -1,7 +1,8 @@
 """One pipeline builder per Caffe data layer type (Data, ImageData, HDF5Data,
 DummyData, MemoryData, Input), following their Caffe sources:
 
-- ``Data`` (layers/data_layer.cpp): LMDB records in key order, wrapping;
+- ``Data`` (layers/data_layer.cpp): LMDB or LevelDB records (``backend``;
+  LevelDB through ``plyvel``) in key order, wrapping;
   ``rand_skip`` (TRAIN) starts at a random record (as Caffe before the
   DataReader rework did). Raw Datums are transformed a batch at a time;
   encoded ones are decoded per record (``images.decode``: native channels,
@@ -94,14 +95,10 @@ def _data_label(layer, ctx, batch, out, data, label):
 @builder("Data")
 def data_layer(layer, ctx):
     p = layer.data_param
-    if p.backend != caffe_pb2.DataParameter.LMDB:
-        raise LayerError(layer.name, "backend LEVELDB cannot be read: LevelDB has no maintained "
-                                     "Python binding; convert the data to LMDB "
-                                     "(convert_imageset -backend lmdb) and set backend: LMDB")
     _tops(layer, 1, 2)
     batch = _batch_size(layer, p.batch_size)
-    db = records.LmdbRecords(layer, records.find_source(layer, p.source, ctx.net_source),
-                             ctx.in_memory_limit)
+    db = records.database_records(layer, records.find_source(layer, p.source, ctx.net_source),
+                                  ctx.in_memory_limit)
     transformer = Transformer(layer, ctx.phase, ctx.net_source)
     order = RecordOrder(db.num_records, _rand_skip(ctx, layer, p.rand_skip, db.num_records, True))
     seed = ctx.layer_seed(layer, "transform")
@@ -113,7 +110,7 @@ def data_layer(layer, ctx):
             raise LayerError(layer.name, "cannot set both force_color and force_gray")
         mode = ("color" if param.force_color or p.force_encoded_color
                 else "gray" if param.force_gray else "native")
-        decoder = ImageDecoder(layer, transformer, mode, None, f"LMDB {db.path!r} record")
+        decoder = ImageDecoder(layer, transformer, mode, None, f"{db.kind} {db.path!r} record")
         out = decoder.first(db.first_image, text(db.keys[0]))
         if db.in_memory:
             values, labels = tf.constant(db.images), tf.constant(db.labels)

@@ -9,11 +9,11 @@
     ds = pipe.dataset(start_batch=0)          # endless; each element {top: float32 batch}
     model.fit(ds.map(lambda b: (b["data"], b["label"])), steps_per_epoch=..., ...)
 
-Types: Data (LMDB), ImageData, HDF5Data, DummyData, MemoryData and Input.
+Types: Data (LMDB or LevelDB), ImageData, HDF5Data, DummyData, MemoryData and Input.
 The modules: ``pipeline_layers`` (one builder per type, against its Caffe
 source), ``pipeline_core`` (order, seeds, sharding, ``DataPipeline``),
 ``transform`` (Caffe's DataTransformer), ``images`` and ``pipeline_images``
-(OpenCV's decoding and resizing), ``records`` (LMDB, HDF5 and list files),
+(OpenCV's decoding and resizing), ``records`` (LMDB and LevelDB, HDF5 and list files),
 ``stateless_fill`` (DummyData's fillers), ``data_errors``.
 
 - **Layout.** Image tops come out as the imported model takes them: (N, H, W, C)
@@ -33,7 +33,7 @@ source), ``pipeline_core`` (order, seeds, sharding, ``DataPipeline``),
   database too big to check up front, a missing image file) is raised inside
   the pipeline; ``with DataPipeline.errors(): ...`` (``data_errors``) turns it
   back into the ``LayerError``.
-- **Memory.** An LMDB or HDF5 source up to ``in_memory_limit`` bytes (1 GiB)
+- **Memory.** An LMDB, LevelDB or HDF5 source up to ``in_memory_limit`` bytes (1 GiB)
   is read into memory once; bigger ones are read per batch.
 
 Where the batches differ from Caffe's, on purpose or by necessity:
@@ -49,7 +49,10 @@ Where the batches differ from Caffe's, on purpose or by necessity:
   multiple of the batch size); the stream wraps record by record.
 - Image decoding follows OpenCV through the same libpng / libjpeg calls, but
   EXIF orientation is not applied, and only JPEG, PNG, GIF and BMP are read.
-- LevelDB databases are refused (no maintained Python binding).
+- LevelDB (plyvel: ``pip install keras-caffe[leveldb]``) lets one process open a
+  database at a time: a streamed LevelDB stays locked while its pipeline lives;
+  one read into memory is closed after reading. Use LMDB when several processes
+  read one database.
 """
 
 import os

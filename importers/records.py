@@ -1,4 +1,5 @@
-"""Reading the records of Caffe's data sources: LMDB Datums, HDF5 rows, image lists.
+"""Reading the records of Caffe's data sources: LMDB and LevelDB Datums, HDF5
+rows, image lists.
 
 Everything here is plain Python and numpy; ``pipelines`` wraps it in tf.data.
 Sources are checked when they are opened, so bad input fails before training
@@ -7,8 +8,23 @@ size. A source that fits in memory (``in_memory_limit`` bytes, 1 GiB by
 default) is read once and checked completely; a bigger one is read record by
 record as batches are made, and a bad record found then is reported through
 ``data_errors.fail`` (``LayerError`` naming the layer, the source and the key).
+
+The two databases of Caffe's Data layer (caffe/util/db_lmdb.cpp,
+db_leveldb.cpp) hold the same serialized ``Datum`` values under byte-ordered
+keys; Caffe's cursor reads them in key order. ``DatumRecords`` reads both
+through a store (``LmdbStore``, ``LevelDbStore``) that only knows how to open
+the database, count and list its records and fetch values by key.
+
+LevelDB (through ``plyvel``, ``pip install keras-caffe[leveldb]``) lets one
+process open a database at a time (its ``LOCK`` file) and writes to the
+database directory when opening it (its ``LOG``, and a compaction of the
+write-ahead log), as Caffe's reader does. A database read into memory is
+closed right after it is read; one streamed per batch stays open (and locked)
+while a pipeline reads it. Within a process every reader of one database
+shares one handle (for LMDB too, which refuses two environments per process).
 """
 
+import contextlib
 import os
 import re
 import threading
@@ -48,6 +64,7 @@ def key_text(key):
 
 
 _open_envs = weakref.WeakValueDictionary()
+_open_leveldbs = weakref.WeakValueDictionary()
 _open_lock = threading.Lock()
 
 
@@ -63,43 +80,193 @@ def _open_lmdb(lmdb, path):
         return env
 
 
-class LmdbRecords:
-    """The Datums of a Caffe LMDB, in key order (Caffe's cursor order).
+class _LevelDbHandle:
+    """A ``plyvel.DB`` shared by the readers of one database in this process
+    (LevelDB's lock refuses a second handle, even in the same process). It is
+    closed when the last reader lets go of it (plyvel closes on deallocation)."""
 
-    Raw Datums (``data`` bytes or ``float_data``) must all have the first
-    record's channels x height x width; in memory they are one (N, C, H, W)
-    array. Encoded Datums keep their image bytes.
-    """
+    def __init__(self, db):
+        self.db = db
 
-    def __init__(self, layer, path, in_memory_limit=IN_MEMORY_LIMIT):
+
+def _open_leveldb(plyvel, path):
+    real = os.path.realpath(path)
+    with _open_lock:
+        handle = _open_leveldbs.get(real)
+        if handle is None:
+            handle = _LevelDbHandle(plyvel.DB(real, create_if_missing=False))
+            _open_leveldbs[real] = handle
+        return handle
+
+
+class LmdbStore:
+    """The records of an LMDB (``lmdb`` package), for ``DatumRecords``."""
+
+    kind = "LMDB"
+
+    def __init__(self, layer, path):
         try:
             import lmdb
         except ImportError:
             raise LayerError(layer.name, "reading LMDB needs the lmdb package "
                                          "(pip install keras-caffe[lmdb])") from None
-        self.layer, self.path = layer.name, path
         try:
             self._env = _open_lmdb(lmdb, path)
             stat = self._env.stat()
         except lmdb.Error as err:
             raise LayerError(layer.name, f"cannot open LMDB {path!r}: {err}") from None
-        self.num_records = int(stat["entries"])
-        if not self.num_records:
-            raise LayerError(layer.name, f"LMDB {path!r} is empty")
-        size = stat["psize"] * (stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"])
-        self.in_memory = size <= in_memory_limit
+        self.count = int(stat["entries"])
+        self.nbytes = stat["psize"] * (stat["branch_pages"] + stat["leaf_pages"]
+                                       + stat["overflow_pages"])
+
+    def items(self):
+        """(key, value) pairs in key order."""
         with self._env.begin() as txn:
-            if self.in_memory:
-                self.keys = []
-                for i, (key, value) in enumerate(txn.cursor()):
+            yield from txn.cursor()
+
+    def keys(self):
+        with self._env.begin() as txn:
+            return list(txn.cursor().iternext(keys=True, values=False))
+
+    def get(self, keys):
+        """The values of ``keys`` (``None`` for a missing key)."""
+        with self._env.begin() as txn:
+            return [txn.get(key) for key in keys]
+
+
+class LevelDbStore:
+    """The records of a LevelDB (``plyvel``), for ``DatumRecords``.
+
+    LevelDB keeps no record count: ``count`` lists the keys (once), which reads
+    the whole database, as LevelDB stores keys among the values. ``nbytes`` is
+    the size of the database's files (tables are snappy-compressed as Caffe
+    writes them, so the values may take more memory than that).
+    """
+
+    kind = "LevelDB"
+
+    def __init__(self, layer, path):
+        try:
+            import plyvel
+        except ImportError:
+            raise LayerError(layer.name, "reading LevelDB needs the plyvel package "
+                                         "(pip install keras-caffe[leveldb], or pip install "
+                                         "plyvel)") from None
+        self.layer, self.path, self._plyvel = layer.name, path, plyvel
+        if not os.path.isfile(os.path.join(path, "CURRENT")):
+            # Checked first: LevelDB would write its LOCK and LOG into any directory.
+            what = "a file, not a LevelDB directory" if os.path.isfile(path) else \
+                "not a LevelDB (it has no CURRENT file)"
+            if os.path.isfile(os.path.join(path, "data.mdb")) or os.path.isfile(path):
+                what += ("; if it is an LMDB, set backend: LMDB in data_param (Caffe's default "
+                         "backend is LEVELDB)")
+            raise LayerError(layer.name, f"Data source {path!r} is {what}")
+        try:
+            self._handle = _open_leveldb(plyvel, path)
+        except plyvel.Error as err:
+            detail = _plyvel_text(err)
+            # LevelDB's LockFile: "lock <dir>/LOCK: already held by process" (this process)
+            # or "lock <dir>/LOCK: <strerror of fcntl>" (another process holds it).
+            if detail.startswith("IO error: lock "):
+                raise LayerError(layer.name, f"LevelDB {path!r} is locked ({detail}): another "
+                                             "process, or another handle in this one, has it "
+                                             "open, and LevelDB allows one at a time; close "
+                                             "that one, read a copy of the database, or "
+                                             "convert it to LMDB (convert_imageset -backend "
+                                             "lmdb), which many processes can read at "
+                                             "once") from None
+            hint = ""
+            if detail.endswith(("Permission denied", "Read-only file system")):
+                hint = ("; LevelDB writes its LOCK and LOG files into the database directory "
+                        "when it opens it (as Caffe's reader does): copy the database to a "
+                        "writable place")
+            raise LayerError(layer.name, f"cannot open LevelDB {path!r}: {detail}{hint}") from None
+        self._keys = None
+        self.nbytes = sum(entry.stat().st_size for entry in os.scandir(path)
+                          if entry.is_file())
+
+    @property
+    def count(self):
+        return len(self._key_list())
+
+    def _key_list(self):
+        # LevelDB stores keys among the values: listing them reads the whole database.
+        if self._keys is None:
+            self._keys = self._guarded(lambda db: list(db.iterator(include_value=False)))
+        return self._keys
+
+    def _guarded(self, read):
+        try:
+            return read(self._handle.db)
+        except self._plyvel.Error as err:
+            raise LayerError(self.layer, f"cannot read LevelDB {self.path!r}: "
+                                         f"{_plyvel_text(err)}") from None
+
+    def items(self):
+        """(key, value) pairs in key order."""
+        iterator = self._handle.db.iterator()
+        with iterator:
+            while True:
+                pair = self._guarded(lambda db: next(iterator, None))
+                if pair is None:
+                    return
+                yield pair
+
+    def keys(self):
+        return self._key_list()
+
+    def get(self, keys):
+        """The values of ``keys`` (``None`` for a missing key)."""
+        return self._guarded(lambda db: [db.get(key) for key in keys])
+
+
+def _plyvel_text(err):
+    """plyvel's message (it passes LevelDB's status as bytes)."""
+    detail = err.args[0] if err.args else err
+    return detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
+
+
+#: DataParameter.backend -> the store reading it.
+STORES = {caffe_pb2.DataParameter.LMDB: LmdbStore,
+          caffe_pb2.DataParameter.LEVELDB: LevelDbStore}
+
+
+def open_store(layer, path):
+    """The store of a Data layer's database ``path`` (its ``data_param.backend``)."""
+    return STORES[layer.data_param.backend](layer, path)
+
+
+class DatumRecords:
+    """The Datums of a Caffe database (LMDB or LevelDB), in key order (Caffe's
+    cursor order), read through ``store`` (``LmdbStore`` or ``LevelDbStore``).
+
+    Raw Datums (``data`` bytes or ``float_data``) must all have the first
+    record's channels x height x width; in memory they are one (N, C, H, W)
+    array. Encoded Datums keep their image bytes. A database read into memory
+    lets go of its store (a LevelDB is closed, its lock released); a streamed
+    one keeps it for ``read``.
+    """
+
+    def __init__(self, layer, path, store, in_memory_limit=IN_MEMORY_LIMIT):
+        self.layer, self.path, self.kind = layer.name, path, store.kind
+        self.num_records = int(store.count)
+        if not self.num_records:
+            raise LayerError(layer.name, f"{self.kind} {path!r} is empty")
+        self.in_memory = store.nbytes <= in_memory_limit
+        if self.in_memory:
+            self.keys = []
+            with contextlib.closing(store.items()) as pairs:
+                for i, (key, value) in enumerate(pairs):
                     datum = self._parse(key, value)
                     if not i:
                         self._first(key, datum)
                     self._store(i, key, datum)
                     self.keys.append(key)
-            else:
-                self.keys = list(txn.cursor().iternext(keys=True, values=False))
-                self._first(self.keys[0], self._parse(self.keys[0], txn.get(self.keys[0])))
+            self._source = None
+        else:
+            self.keys = store.keys()
+            self._first(self.keys[0], self._parse(self.keys[0], store.get(self.keys[:1])[0]))
+            self._source = store
 
     def _first(self, key, datum):
         """Take the layout of every record from the first one (as Caffe's DataLayerSetUp)."""
@@ -123,11 +290,11 @@ class LmdbRecords:
         try:
             return caffe_pb2.Datum.FromString(value)
         except Exception as err:  # noqa: BLE001 - protobuf's DecodeError or RuntimeError
-            raise LayerError(self.layer, f"LMDB {self.path!r} record {key_text(key)} is not a "
-                                         f"Caffe Datum ({err})") from None
+            raise LayerError(self.layer, f"{self._where(key)} is not a Caffe Datum "
+                                         f"({err})") from None
 
     def _where(self, key):
-        return f"LMDB {self.path!r} record {key_text(key)}"
+        return f"{self.kind} {self.path!r} record {key_text(key)}"
 
     def _check_raw(self, key, datum):
         """The record's values as a flat array, checked against the first record."""
@@ -179,15 +346,33 @@ class LmdbRecords:
         else:
             dtype = np.float32 if self.is_float else np.uint8
             values = np.empty((len(indices), self.channels, self.height, self.width), dtype)
+        keys = [self.keys[int(index)] for index in indices]
         try:
-            with self._env.begin() as txn:
-                for i, index in enumerate(indices):
-                    key = self.keys[int(index)]
-                    datum = self._parse(key, txn.get(key))
-                    labels[i], values[i] = datum.label, self._record(key, datum)
+            for i, (key, value) in enumerate(zip(keys, self._source.get(keys))):
+                datum = self._parse(key, value)
+                labels[i], values[i] = datum.label, self._record(key, datum)
         except LayerError as err:
             data_errors.fail(err)
         return values, labels
+
+
+class LmdbRecords(DatumRecords):
+    """The Datums of a Caffe LMDB (``DatumRecords`` through an ``LmdbStore``)."""
+
+    def __init__(self, layer, path, in_memory_limit=IN_MEMORY_LIMIT):
+        super().__init__(layer, path, LmdbStore(layer, path), in_memory_limit)
+
+
+class LevelDbRecords(DatumRecords):
+    """The Datums of a Caffe LevelDB (``DatumRecords`` through a ``LevelDbStore``)."""
+
+    def __init__(self, layer, path, in_memory_limit=IN_MEMORY_LIMIT):
+        super().__init__(layer, path, LevelDbStore(layer, path), in_memory_limit)
+
+
+def database_records(layer, path, in_memory_limit=IN_MEMORY_LIMIT):
+    """The ``DatumRecords`` of a Data layer's database, by its ``data_param.backend``."""
+    return DatumRecords(layer, path, open_store(layer, path), in_memory_limit)
 
 
 def read_image_list(layer, path):

@@ -51,14 +51,6 @@ def test_missing_empty_and_unreadable_lmdb(tmp_path):
             data_layer(tmp_path / "text_lmdb", 4))
 
 
-def test_leveldb_backend_is_refused_with_the_way_out():
-    lay = layer('name: "db" type: "Data" top: "data" data_param { source: "x" batch_size: 2 '
-                'backend: LEVELDB }')
-    _raises("layer 'db': backend LEVELDB cannot be read: LevelDB has no maintained Python "
-            "binding; convert the data to LMDB \\(convert_imageset -backend lmdb\\)",
-            layer_pipeline, lay)
-
-
 def _bad_records(tmp_path):
     """7 good 2x3x3 records, a 2x4x3 one under key '00000007', then a short one."""
     images = np.zeros((7, 2, 3, 3), np.uint8)
