@@ -101,10 +101,9 @@ def _jit(value):
 def _cmd_train(args):
     from keras_caffe.solver import Solver
 
-    solver = Solver(args.solver, weights=args.weights, log=args.log,
-                    data_format=args.data_format, snapshot_format=args.snapshot_format,
-                    jit_compile=_jit(args.jit))
-    solver.solve(resume_file=args.snapshot)
+    with Solver(args.solver, weights=args.weights, log=args.log, data_format=args.data_format,
+                snapshot_format=args.snapshot_format, jit_compile=_jit(args.jit)) as solver:
+        solver.solve(resume_file=args.snapshot)
     return 0
 
 

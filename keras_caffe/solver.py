@@ -115,6 +115,20 @@ class Solver:
                            f"{'on' if self._jit else 'off'}, random_seed {self.seed}).",
                            "solver.cpp:57")
 
+    # -- lifetime --------------------------------------------------------------------
+
+    def close(self):
+        """Release the data streams (tf.data iterators and their database
+        handles). The Solver cannot train after this."""
+        self._train_stream = None
+        self._test_streams = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # -- pycaffe's attributes -------------------------------------------------------
 
     @property
