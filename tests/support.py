@@ -10,6 +10,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+#: The case folders of ../shared/golden/solvers.
+GOLDEN_SOLVER_CASES = [
+    "sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam",
+    "sgd_l1", "sgd_clip", "sgd_itersize2",
+    "sgd_lr_step", "sgd_lr_multistep", "sgd_lr_exp", "sgd_lr_inv", "sgd_lr_poly",
+    "sgd_lr_sigmoid",
+]
 GOLDEN = Path(os.environ.get("KERAS_CAFFE_GOLDEN", REPO.parent / "shared" / "golden"))
 
 

@@ -12,14 +12,10 @@ import numpy as np
 import pytest
 
 import keras_caffe
-from support import GOLDEN, golden_dataset, net_multipliers, sparse_softmax_loss, tiny_mlp
+from support import (GOLDEN, GOLDEN_SOLVER_CASES, golden_dataset, net_multipliers,
+                     sparse_softmax_loss, tiny_mlp)
 
-CASES = [
-    "sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam",
-    "sgd_l1", "sgd_clip", "sgd_itersize2",
-    "sgd_lr_step", "sgd_lr_multistep", "sgd_lr_exp", "sgd_lr_inv", "sgd_lr_poly",
-    "sgd_lr_sigmoid",
-]
+CASES = GOLDEN_SOLVER_CASES
 BLOBS = ("ip1_w", "ip1_b", "ip2_w", "ip2_b")
 
 

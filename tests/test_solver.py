@@ -15,14 +15,9 @@ import pytest
 
 import keras_caffe
 from caffe_log_parser import PREFIX, parse, rates
-from support import GOLDEN
+from support import GOLDEN, GOLDEN_SOLVER_CASES
 
-CASES = [
-    "sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam",
-    "sgd_l1", "sgd_clip", "sgd_itersize2",
-    "sgd_lr_step", "sgd_lr_multistep", "sgd_lr_exp", "sgd_lr_inv", "sgd_lr_poly",
-    "sgd_lr_sigmoid",
-]
+CASES = GOLDEN_SOLVER_CASES
 BLOBS = ("ip1_w", "ip1_b", "ip2_w", "ip2_b")
 
 

@@ -75,3 +75,21 @@ def to_caffe(batch, data_format="channels_last"):
     if data_format == "channels_last" and batch.ndim >= 3:
         return np.moveaxis(batch, -1, 1)
     return batch
+
+
+def tiny_train_net(source, backend):
+    """A TRAIN net reading ``source`` (1x12x12 Datums, 3 classes) with random
+    crop and mirror: conv/pool/ip, SoftmaxWithLoss and Accuracy."""
+    return (
+        'name: "tiny"\n'
+        'layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN } '
+        'transform_param { scale: 0.00390625 crop_size: 10 mirror: true } '
+        f'data_param {{ source: "{source}" backend: {backend} batch_size: 8 }} }}\n'
+        'layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" '
+        'convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }\n'
+        'layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool" '
+        'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n'
+        'layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip" '
+        'inner_product_param { num_output: 3 weight_filler { type: "xavier" } } }\n'
+        'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }\n'
+        'layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" }\n')

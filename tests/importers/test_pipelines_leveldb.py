@@ -234,19 +234,7 @@ def test_imported_train_net_fits_from_its_leveldb_data_layer(tmp_path):
     write_leveldb(tmp_path / "train_leveldb",
                   [raw_datum(im, lab) for im, lab in zip(images.astype(np.uint8), labels)])
     prototxt = tmp_path / "train.prototxt"
-    prototxt.write_text(
-        'name: "tiny"\n'
-        'layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN } '
-        'transform_param { scale: 0.00390625 crop_size: 10 mirror: true } '
-        'data_param { source: "train_leveldb" backend: LEVELDB batch_size: 8 } }\n'
-        'layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" '
-        'convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }\n'
-        'layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool" '
-        'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n'
-        'layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip" '
-        'inner_product_param { num_output: 3 weight_filler { type: "xavier" } } }\n'
-        'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }\n'
-        'layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" }\n')
+    prototxt.write_text(_f.tiny_train_net("train_leveldb", "LEVELDB"))
     model = keras_caffe.import_model(prototxt, phase="TRAIN")  # source found next to the prototxt
     pipe = net_pipeline(prototxt, "TRAIN", in_memory_limit=STREAMED)
     assert [tuple(t.shape[1:]) for t in model.inputs] == [pipe.shapes["data"][1:]] == [(10, 10, 1)]
