@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from keras_caffe._checks import check_int
-from keras_caffe.caffe_log import CaffeLog
+from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 
 
 class CaffeLogger(keras.callbacks.Callback):
@@ -40,9 +40,9 @@ class CaffeLogger(keras.callbacks.Callback):
         self.log = CaffeLog(stream)
 
     def on_train_begin(self, logs=None):
-        self._losses, self._window, self._smoothed = [], [], 0.0
+        self._losses = []
         self._last_iteration = self._iteration()
-        self._start = self._last_iteration
+        self._smoothed = SmoothedLoss(self.average_loss, self._last_iteration)
         self._timer, self._timer_iteration = time.perf_counter(), self._last_iteration
         self.log.line("solver.cpp:289", f"Solving {self.model.name}")
 
@@ -63,13 +63,13 @@ class CaffeLogger(keras.callbacks.Callback):
         done = iteration - 1  # Caffe numbers the iteration before its update
         loss = float(np.mean(self._losses)) if self._losses else float("nan")
         self._losses = []
-        self._smooth(loss)
+        self._smoothed.update(loss, done)
         self._last_iteration = iteration
         if done % self.display == 0:
             now = time.perf_counter()
             lapse = now - self._timer
             self.log.iteration(done, (done - self._timer_iteration) / (lapse or 1.0), lapse,
-                               self.display, self._smoothed)
+                               self.display, self._smoothed.value)
             outputs = [("loss", loss, 1.0)] + [(k, float(v), 0.0) for k, v in logs.items()
                                                if k != "loss" and np.ndim(v) == 0]
             self.log.outputs("Train", outputs)
@@ -85,15 +85,6 @@ class CaffeLogger(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.log.finished(self._iteration())
-
-    def _smooth(self, loss):
-        if len(self._window) < self.average_loss:
-            self._window.append(loss)
-            self._smoothed = (self._smoothed * (len(self._window) - 1) + loss) / len(self._window)
-        else:
-            index = (self._last_iteration - self._start) % self.average_loss
-            self._smoothed += (loss - self._window[index]) / self.average_loss
-            self._window[index] = loss
 
     def _iteration(self):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))

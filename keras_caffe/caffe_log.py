@@ -13,10 +13,41 @@ import datetime
 import os
 import sys
 
+import numpy as np
+
 
 def number(value):
     """A float as Caffe's ``ostream << value`` writes it (``%g``, 6 digits)."""
     return f"{float(value):.6g}"
+
+
+class SmoothedLoss:
+    """Caffe's ``Solver::UpdateSmoothedLoss``: the mean of the last
+    ``average_loss`` iterations' losses, kept in float as Caffe keeps it.
+
+    Until the window is full the mean grows over what was seen; then the
+    loss of iteration ``i`` replaces slot ``(i - start_iter) % average_loss``.
+    """
+
+    def __init__(self, average_loss, start_iter):
+        self.average = max(int(average_loss), 1)
+        self.start_iter = start_iter
+        self.window = []
+        self.value = 0.0
+
+    def update(self, loss, iteration):
+        """Add iteration ``iteration``'s loss; returns the smoothed loss."""
+        loss, value = np.float32(loss), np.float32(self.value)
+        if len(self.window) < self.average:
+            self.window.append(loss)
+            size = np.float32(len(self.window))
+            value = (value * (size - 1) + loss) / size
+        else:
+            index = (iteration - self.start_iter) % self.average
+            value = value + (loss - self.window[index]) / np.float32(self.average)
+            self.window[index] = loss
+        self.value = float(value)
+        return self.value
 
 
 class CaffeLog:

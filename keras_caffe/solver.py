@@ -29,7 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_caffe.caffe_log import CaffeLog
+from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 from keras_caffe.errors import KerasCaffeError, SolverError
 from keras_caffe.importers.data_errors import pipeline_errors
 from keras_caffe.net_step import NetOutputs, test_function, train_function
@@ -105,7 +105,7 @@ class Solver:
         self._open_streams(train_batches=0, test_batches=[0] * len(self._tests))
         self._run = train_function(self._train_outputs, self.optimizer, p.iter_size, self._jit)
         self._run_tests = [test_function(o, self._jit) for o in self._test_outputs]
-        self._losses, self.smoothed_loss = [], 0.0
+        self._smoothed = SmoothedLoss(p.average_loss, 0)
         self.snapshot_format = snapshot_format or _FORMATS[p.snapshot_format]
         if self.snapshot_format not in ("caffe", "caffe_hdf5", "keras"):
             raise KerasCaffeError(f"Solver: snapshot_format must be 'caffe', 'caffe_hdf5' or "
@@ -168,7 +168,7 @@ class Solver:
         if p.display and self.iter % p.display == 0:
             with pipeline_errors():
                 loss, _ = self._train_outputs(next(self._train_stream), training=True)
-            self._smooth(float(loss), self.iter)
+            self._smoothed.update(float(loss), self.iter)
         final = self.smoothed_loss if p.display and self.iter % p.display == 0 else None
         if p.test_interval and self.iter % p.test_interval == 0:
             self.test_all()
@@ -182,8 +182,7 @@ class Solver:
         p = self.param
         start = self.iter
         stop = start + int(iters)
-        self._losses, self.smoothed_loss = [], 0.0
-        self._start_iter = start
+        self._smoothed = SmoothedLoss(p.average_loss, start)
         progbar = keras.utils.Progbar(p.max_iter, stateful_metrics=["loss", "lr"]) \
             if self._progress else None
         timer, last = time.perf_counter(), start
@@ -196,7 +195,7 @@ class Solver:
                 losses, values = self._run(self._train_stream, tf.constant(k))
             losses, values = losses.numpy(), values.numpy()
             for i in range(k):
-                self._smooth(losses[i], it + i)
+                self._smoothed.update(losses[i], it + i)
                 if p.display and (it + i) % p.display == 0 and self._log:
                     now = time.perf_counter()
                     lapse = now - timer
@@ -224,20 +223,10 @@ class Solver:
                 ends.append((it // every + 1) * every)
         return max(1, min(ends) - it)
 
-    def _smooth(self, loss, iteration):
-        """Caffe's ``UpdateSmoothedLoss``, in float as Caffe computes it."""
-        average = max(self.param.average_loss, 1)
-        loss = np.float32(loss)
-        if len(self._losses) < average:
-            self._losses.append(loss)
-            size = np.float32(len(self._losses))
-            self.smoothed_loss = (np.float32(self.smoothed_loss) * (size - 1) + loss) / size
-        else:
-            index = (iteration - self._start_iter) % average
-            self.smoothed_loss = np.float32(self.smoothed_loss) + \
-                (loss - self._losses[index]) / np.float32(average)
-            self._losses[index] = loss
-        self.smoothed_loss = float(self.smoothed_loss)
+    @property
+    def smoothed_loss(self):
+        """The loss Caffe prints: smoothed over ``average_loss`` iterations."""
+        return self._smoothed.value
 
     # -- testing -------------------------------------------------------------------
 
