@@ -11,6 +11,7 @@ prototxt.
 import os
 
 from keras_caffe.errors import LayerError
+from keras_caffe.importers.paths import locate
 
 _READERS = {}
 
@@ -37,12 +38,9 @@ def data_shapes(layer, net_source):
 
 
 def _find(layer, path, net_source):
-    candidates = [path]
-    if not os.path.isabs(path) and os.path.isfile(str(net_source)):
-        candidates.append(os.path.join(os.path.dirname(os.path.abspath(net_source)), path))
-    for candidate in candidates:
-        if os.path.exists(candidate):
-            return candidate
+    found = locate(path, net_source)
+    if found is not None:
+        return found
     raise LayerError(layer.name, f"{layer.type} source {path!r} not found (looked in the "
                                  "current directory and next to the prototxt); give its shapes "
                                  "with input_shapes={top: shape without the batch}")

@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import data_errors
+from keras_caffe.importers.paths import candidates, locate
 from keras_caffe.proto import caffe_pb2
 
 #: Sources up to this many bytes are read into memory once.
@@ -45,13 +46,10 @@ def find_source(layer, path, net_source, what="source"):
     prototxt ``net_source``; a ``LayerError`` naming both when it is in neither."""
     if not path:
         raise LayerError(layer.name, f"{layer.type} has no {what}")
-    candidates = [path]
-    if not os.path.isabs(path) and net_source is not None and os.path.isfile(str(net_source)):
-        candidates.append(os.path.join(os.path.dirname(os.path.abspath(net_source)), path))
-    for candidate in candidates:
-        if os.path.exists(candidate):
-            return os.path.abspath(candidate)
-    where = " or ".join(repr(c) for c in candidates)
+    found = locate(path, net_source)
+    if found is not None:
+        return os.path.abspath(found)
+    where = " or ".join(repr(c) for c in candidates(path, net_source))
     raise LayerError(layer.name, f"{layer.type} {what} {path!r} not found (looked for {where})")
 
 

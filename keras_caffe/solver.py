@@ -341,12 +341,11 @@ class Solver:
 
     def _find(self, path, field):
         """A net file named by ``field``: from the cwd (Caffe), then next to the solver."""
-        candidates = [path]
-        if not os.path.isabs(path) and os.path.isfile(str(self.source)):
-            candidates.append(os.path.join(os.path.dirname(os.path.abspath(self.source)), path))
-        for candidate in candidates:
-            if os.path.isfile(candidate):
-                return candidate
+        from keras_caffe.importers.paths import locate
+
+        found = locate(path, self.source, exists=os.path.isfile)
+        if found is not None:
+            return found
         raise SolverError(self.source, f"{field}: net file {path!r} not found (looked in the "
                                        "current directory and next to the solver file)")
 
