@@ -9,6 +9,29 @@ from keras_caffe._checks import check_int
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 
 
+class BatchLosses:
+    """Each batch's own loss from the running epoch mean ``fit`` logs.
+
+    After batch ``n`` (0-based) ``fit`` logs ``m_n``, the mean loss of the
+    epoch's batches 0..n; the batches since the previous call (several with
+    ``steps_per_execution``) averaged ``((n + 1) m_n - (k + 1) m_k) / (n - k)``.
+    Exact to float32 rounding of the mean. Call ``reset()`` at each epoch.
+    """
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self._seen, self._mean = 0, 0.0
+
+    def update(self, batch, mean):
+        """The mean loss of the batches up to ``batch`` not yet reported."""
+        seen, mean = batch + 1, float(mean)
+        loss = (seen * mean - self._seen * self._mean) / max(seen - self._seen, 1)
+        self._seen, self._mean = seen, mean
+        return loss
+
+
 class CaffeLogger(keras.callbacks.Callback):
     """Writes ``caffe train``'s log lines while ``model.fit`` runs, so Caffe's
     log parsers (``parse_log.py``, ``plot_training_log.py``) read Keras runs.
@@ -22,7 +45,7 @@ class CaffeLogger(keras.callbacks.Callback):
     ``Optimization Done.``
 
     The per-iteration loss is recovered from Keras's running epoch mean
-    (``n m_n - (n-1) m_(n-1)``), exact to float32 rounding of the mean;
+    (``BatchLosses``), exact to float32 rounding of the mean;
     metrics other than the loss are Keras's running epoch means.
     ``keras_caffe.Solver`` (``keras-caffe train``) logs exact per-iteration
     values itself.
@@ -40,23 +63,19 @@ class CaffeLogger(keras.callbacks.Callback):
         self.log = CaffeLog(stream)
 
     def on_train_begin(self, logs=None):
-        self._losses = []
+        self._losses, self._batch_losses = [], BatchLosses()
         self._last_iteration = self._iteration()
         self._smoothed = SmoothedLoss(self.average_loss, self._last_iteration)
         self._timer, self._timer_iteration = time.perf_counter(), self._last_iteration
         self.log.line("solver.cpp:289", f"Solving {self.model.name}")
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._seen, self._mean = 0, 0.0
+        self._batch_losses.reset()
 
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
         if "loss" in logs:
-            seen = batch + 1
-            mean = float(logs["loss"])
-            count = seen - self._seen
-            self._losses.append((seen * mean - self._seen * self._mean) / max(count, 1))
-            self._seen, self._mean = seen, mean
+            self._losses.append(self._batch_losses.update(batch, logs["loss"]))
         iteration = self._iteration()
         if iteration == self._last_iteration:
             return  # inside an iter_size accumulation

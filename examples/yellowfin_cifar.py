@@ -45,6 +45,7 @@ import tensorflow as tf  # noqa: E402
 
 import keras_caffe  # noqa: E402
 from keras_caffe.callbacks import YellowFinMonitor  # noqa: E402
+from keras_caffe.callbacks.caffe_logger import BatchLosses  # noqa: E402
 from keras_caffe.errors import KerasCaffeError  # noqa: E402
 from keras_caffe.importers.export import write_atomically  # noqa: E402
 
@@ -155,24 +156,23 @@ class StepRecorder(keras.callbacks.Callback):
     """Each step's loss, ``yf_lr`` and ``yf_mu`` (list it after YellowFinMonitor).
 
     ``fit`` logs the running mean ``m_k`` of the epoch's first ``k`` batch
-    losses; batch ``k``'s own loss is ``k m_k - (k - 1) m_(k-1)``.
+    losses; batch ``k``'s own loss is ``k m_k - (k - 1) m_(k-1)``
+    (``keras_caffe.callbacks.caffe_logger.BatchLosses``).
     """
 
     def __init__(self):
         super().__init__()
         self.series = {"step": [], "loss": [], "yf_lr": [], "yf_mu": []}
-        self._mean = 0.0
+        self._losses = BatchLosses()
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._mean = 0.0
+        self._losses.reset()
 
     def on_train_batch_end(self, batch, logs=None):
-        mean = float(logs["loss"])
         self.series["step"].append(len(self.series["step"]) + 1)
-        self.series["loss"].append((batch + 1) * mean - batch * self._mean)
+        self.series["loss"].append(self._losses.update(batch, logs["loss"]))
         self.series["yf_lr"].append(float(logs["yf_lr"]))
         self.series["yf_mu"].append(float(logs["yf_mu"]))
-        self._mean = mean
 
 
 def csv_bytes(series):
