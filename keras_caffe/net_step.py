@@ -22,6 +22,14 @@ from keras import ops
 from keras_caffe.errors import KerasCaffeError
 
 
+def resolve_jit(jit_compile):
+    """``jit_compile`` as a bool: ``"auto"`` means XLA on GPUs only (XLA's CPU
+    convolutions were slower than TensorFlow's own in our benchmarks)."""
+    if jit_compile == "auto":
+        return bool(tf.config.list_logical_devices("GPU"))
+    return bool(jit_compile)
+
+
 class NetOutputs:
     """The inputs, targets and Caffe outputs of an imported net."""
 

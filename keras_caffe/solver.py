@@ -32,7 +32,7 @@ import tensorflow as tf
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 from keras_caffe.errors import KerasCaffeError, SolverError
 from keras_caffe.importers.data_errors import pipeline_errors
-from keras_caffe.net_step import NetOutputs, test_function, train_function
+from keras_caffe.net_step import NetOutputs, resolve_jit, test_function, train_function
 from keras_caffe.proto import caffe_pb2
 
 _FORMATS = {caffe_pb2.SolverParameter.BINARYPROTO: "caffe", caffe_pb2.SolverParameter.HDF5: "caffe_hdf5"}
@@ -81,8 +81,7 @@ class Solver:
         self._check_param()
         self.seed = p.random_seed if p.random_seed >= 0 else int.from_bytes(os.urandom(4), "little") >> 1
         self._device = self._choose_device()
-        self._jit = bool(tf.config.list_logical_devices("GPU")) if jit_compile == "auto" \
-            else bool(jit_compile)
+        self._jit = resolve_jit(jit_compile)
         keras.utils.set_random_seed(self.seed)
         train, tests = self._net_sources()
         self._train = self._import(train, "TRAIN", p.train_state if p.HasField("train_state") else None)

@@ -86,11 +86,11 @@ def time_net(net, *, iterations=50, phase="TRAIN", data_format="channels_last",
     """Time ``net`` (a prototxt path, its text or a NetParameter); returns a
     ``TimingReport``."""
     from keras_caffe.importers.api import import_net
-    from keras_caffe.net_step import NetOutputs
+    from keras_caffe.net_step import NetOutputs, resolve_jit
 
     if iterations < 1:
         raise KerasCaffeError(f"time: iterations must be >= 1, got {iterations}")
-    jit = bool(tf.config.list_logical_devices("GPU")) if jit_compile == "auto" else bool(jit_compile)
+    jit = resolve_jit(jit_compile)
     imported = import_net(net, phase=phase, data_format=data_format)
     model = imported.model
     batch = _first_batch(imported, phase, data_format)
