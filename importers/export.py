@@ -22,17 +22,30 @@ def export_caffemodel(model, path):
             f"model {model.name!r} has no layers holding Caffe blobs; "
             "export_caffemodel writes models built by keras_caffe.import_model"
         )
-    net = caffe_pb2.NetParameter(name=model.name)
+    by_layer = {}
     for layer in layers:
         blobs = layer.caffe_blobs()
         start = 0
-        for name, caffe_type, count in layer.caffe_parts:
-            entry = net.layer.add(name=name, type=caffe_type)
-            for blob in blobs[start:start + count]:
-                entry.blobs.add().CopyFrom(array_to_blob(blob))
+        for name, _, count in layer.caffe_parts:
+            by_layer[name] = blobs[start:start + count]
             start += count
-    write_atomically(path, net.SerializeToString())
+    write_atomically(path, caffemodel_proto(model, by_layer).SerializeToString())
     return path
+
+
+def caffemodel_proto(model, blobs):
+    """A ``NetParameter`` holding ``blobs`` (``{Caffe layer name: [arrays]}``,
+    in the order given): one ``layer { name type blobs }`` per layer, the type
+    from ``model``'s layer, what ``Net::CopyTrainedLayersFrom`` reads."""
+    from keras_caffe.importers.api import caffe_parts
+
+    types = {name: part[3] for name, part in caffe_parts(model).items()}
+    net = caffe_pb2.NetParameter(name=model.name)
+    for name, layer_blobs in blobs.items():
+        entry = net.layer.add(name=name, type=types[name] or "")
+        for blob in layer_blobs:
+            entry.blobs.add().CopyFrom(array_to_blob(blob))
+    return net
 
 
 def write_atomically(path, data):

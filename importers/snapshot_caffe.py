@@ -27,7 +27,8 @@ from google.protobuf import message as _message
 
 from keras_caffe.errors import CaffeImportError
 from keras_caffe.importers import snapshot_params as sp
-from keras_caffe.importers.api import caffe_parts, load_into
+from keras_caffe.importers.api import load_into
+from keras_caffe.importers.export import caffemodel_proto
 from keras_caffe.importers.snapshot_io import (
     SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5, resolve_weights,
     sha256_file, write_bytes_durably)
@@ -80,7 +81,7 @@ def write(model, optimizer, weights_path, solverstate_path, learned_net, iterati
             _write_weights_hdf5(tmp, model, blobs)
             checksum = sha256_file(tmp)
     else:
-        data = _weights_proto(model, blobs).SerializeToString()
+        data = caffemodel_proto(model, blobs).SerializeToString()
         write_bytes_durably(weights_path, data)
         checksum = hashlib.sha256(data).hexdigest()
     extra = json.dumps({"format": EXTRA_FORMAT, "version": EXTRA_VERSION,
@@ -107,18 +108,6 @@ def _weights_by_layer(params):
         blob = np.asarray(values[id(p.layer)][p.index], np.float32).reshape(p.shape)
         out.setdefault(p.caffe_layer, []).append(blob)
     return out
-
-
-def _weights_proto(model, blobs):
-    """The weights as Caffe's ``NetParameter``: one ``layer { name type blobs }``
-    per blob-holding layer, as ``export_caffemodel`` writes them."""
-    net = caffe_pb2.NetParameter(name=model.name)
-    types = {name: part[3] for name, part in caffe_parts(model).items()}
-    for name, layer_blobs in blobs.items():
-        entry = net.layer.add(name=name, type=types[name] or "")
-        for blob in layer_blobs:
-            entry.blobs.add().CopyFrom(array_to_blob(blob))
-    return net
 
 
 def _write_weights_hdf5(path, model, blobs):
