@@ -1,7 +1,7 @@
 # keras-caffe
 #   make demo          install into .venv, run examples/demo.py and a short LeNet `keras-caffe train`
 #   make test          install into .venv (newest TensorFlow) and run the whole suite
-#   make test-compat   the same in .venv-tf218 (TensorFlow 2.18, protobuf 5: Horovod's stack)
+#   make test-compat   the same in .venv-tf218 (TensorFlow 2.18 + Horovod 0.28.1 built with Gloo)
 #   make bench         benchmarks/ (not part of the tests)
 #   make proto         regenerate keras_caffe/proto/caffe_pb2.py from caffe.proto
 
@@ -9,6 +9,8 @@ PYTHON ?= python3
 VENV ?= .venv
 TF_SPEC ?= tensorflow>=2.16
 EXTRAS ?= test,lmdb,leveldb,plots
+HOROVOD ?= 0
+HOROVOD_SPEC ?= horovod==0.28.1
 BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -26,9 +28,28 @@ $(VENV)/.deps: setup.cfg | $(BIN)/python
 	$(BIN)/pip install --quiet "$(TF_SPEC)" ".[$(EXTRAS)]"
 	touch $@
 
+# Horovod 0.28.1 compiles against the TensorFlow in the venv (hence
+# --no-build-isolation; TensorFlow <= 2.18 only) and needs the XLA headers'
+# Debian dependencies. Gloo only, no MPI. See ../shared/notes/horovod-build.md.
+HOROVOD_APT = cmake g++ libhighwayhash-dev libfarmhash-dev
+$(VENV)/.horovod: $(VENV)/.deps
+	@dpkg -s $(HOROVOD_APT) >/dev/null 2>&1 || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y $(HOROVOD_APT))
+	HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+	HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j$$(nproc) \
+		$(BIN)/pip install --quiet --no-build-isolation "$(HOROVOD_SPEC)"
+	$(BIN)/python -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built(), "Horovod built without Gloo"'
+	touch $@
+
+ifeq ($(HOROVOD),1)
+INSTALL_DEPS = $(VENV)/.deps $(VENV)/.horovod
+else
+INSTALL_DEPS = $(VENV)/.deps
+endif
+
 # The package itself, rebuilt from the working tree every time (not editable:
 # the suite tests the installed wheel, not the source tree).
-install: $(VENV)/.deps
+install: $(INSTALL_DEPS)
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation --force-reinstall .
 
 LENET = examples/lenet_solver
@@ -42,7 +63,7 @@ test: install
 	KERAS_CAFFE_EXPECT_INSTALLED=1 $(BIN)/pytest
 
 test-compat:
-	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow==2.18.1"
+	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow==2.18.1" HOROVOD=1
 
 bench: install
 	$(BIN)/python benchmarks/optimizer_step.py

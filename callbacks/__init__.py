@@ -6,10 +6,14 @@
   Caffe's formats or ours; ``restore_snapshot`` resumes from one.
 - ``CaffeLogger``: Caffe's training log lines from ``model.fit``, for Caffe's
   log parsers and plotting scripts.
+- ``BroadcastGlobalState``, ``MetricAverage``: data-parallel ``fit`` under
+  Horovod (``keras_caffe.distributed``); snapshots and logs come from rank 0.
 """
 
 from keras_caffe.callbacks.caffe_logger import CaffeLogger
+from keras_caffe.callbacks.distributed import BroadcastGlobalState, MetricAverage
 from keras_caffe.callbacks.snapshot import CaffeSnapshot, restore_snapshot
 from keras_caffe.callbacks.yellowfin import YellowFinMonitor
 
-__all__ = ["CaffeLogger", "CaffeSnapshot", "restore_snapshot", "YellowFinMonitor"]
+__all__ = ["CaffeLogger", "CaffeSnapshot", "restore_snapshot", "YellowFinMonitor",
+           "BroadcastGlobalState", "MetricAverage"]

@@ -53,7 +53,8 @@ class CaffeLogger(keras.callbacks.Callback):
     Args:
         display: log every this many iterations (Caffe's ``display``), >= 1.
         average_loss: smooth the printed loss over this many iterations, >= 1.
-        stream: where to write (default: stderr, as glog does).
+        stream: where to write (default: stderr, as glog does). Under
+            Horovod only rank 0 writes.
     """
 
     def __init__(self, display=1, average_loss=1, stream=None):
@@ -63,6 +64,9 @@ class CaffeLogger(keras.callbacks.Callback):
         self.log = CaffeLog(stream)
 
     def on_train_begin(self, logs=None):
+        from keras_caffe.distributed.context import is_chief
+
+        self.log.enabled = is_chief()  # rank 0 logs under Horovod
         self._losses, self._batch_losses = [], BatchLosses()
         self._last_iteration = self._iteration()
         self._smoothed = SmoothedLoss(self.average_loss, self._last_iteration)

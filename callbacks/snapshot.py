@@ -4,8 +4,10 @@ import contextlib
 import os
 
 import keras
+import numpy as np
 
 from keras_caffe._checks import check_int
+from keras_caffe.distributed.state import seed_variables
 from keras_caffe.errors import ArgumentError
 from keras_caffe.importers.snapshot import (FORMATS, SnapshotError, load_snapshot,
                                             save_snapshot)
@@ -37,8 +39,8 @@ class CaffeSnapshot(keras.callbacks.Callback):
         snapshot_after_train: also write one when training ends, unless the
             last iteration was just written (Caffe's ``snapshot_after_train``).
 
-    ``should_write()`` decides whether this process writes files (True here;
-    with data-parallel training only rank 0 should: override it).
+    ``should_write()`` decides whether this process writes files: rank 0
+    only under Horovod (``keras_caffe.distributed.is_chief``).
     ``written`` lists the ``SnapshotFiles`` written and still kept.
     """
 
@@ -68,7 +70,9 @@ class CaffeSnapshot(keras.callbacks.Callback):
 
     def should_write(self):
         """Whether this process writes snapshots (rank 0 under Horovod)."""
-        return True
+        from keras_caffe.distributed.context import is_chief
+
+        return is_chief()
 
     def on_train_begin(self, logs=None):
         self._last = self._iteration()
@@ -94,6 +98,10 @@ class CaffeSnapshot(keras.callbacks.Callback):
         if not self.should_write():
             return None
         state = self.state() if self.state is not None else None
+        rng = random_states(self.model)
+        if rng:  # Dropout & co.: resume draws the masks the uninterrupted run draws
+            state = dict(state or {})
+            state.setdefault("rng", rng)
         files = save_snapshot(self.model, self.model.optimizer, self.prefix, iteration,
                               format=self.format, state=state)
         self.written = [f for f in self.written if f.solverstate != files.solverstate]
@@ -123,9 +131,22 @@ def _delete(files):
 def restore_snapshot(model, solverstate_path):
     """Restore a compiled ``model``'s weights and its optimizer's state from a
     snapshot (any format ``load_snapshot`` reads); returns the stored state
-    dict ({} for Caffe's own files)."""
+    dict ({} for Caffe's own files). The model's random-generator states
+    (Dropout's), which ``CaffeSnapshot`` stores, are restored too."""
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None:
         raise SnapshotError(solverstate_path, f"model {model.name!r} has no optimizer: "
                             "compile it before restoring a snapshot")
-    return load_snapshot(solverstate_path, model, optimizer)
+    state = load_snapshot(solverstate_path, model, optimizer)
+    stored = state.get("rng") if isinstance(state, dict) else None
+    if isinstance(stored, dict):
+        variables = {v.path: v for v in seed_variables(model)}
+        for path, value in stored.items():
+            if path in variables:
+                variables[path].assign(np.asarray(value, variables[path].dtype))
+    return state
+
+
+def random_states(model):
+    """``{path: [seed, counter]}`` of the model's Keras random generators."""
+    return {v.path: np.asarray(v.numpy()).tolist() for v in seed_variables(model)}

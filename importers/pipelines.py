@@ -27,7 +27,9 @@ source), ``pipeline_core`` (order, seeds, sharding, ``DataPipeline``),
   reproducible by default; each layer derives its own seeds from it.
 - **Sharding.** With ``num_shards=P``, worker ``shard_index=i`` reads global
   batches ``i, i + P, i + 2P, ...``: together the workers read exactly the
-  unsharded stream. ``start_batch`` counts the worker's own batches.
+  unsharded stream. ``start_batch`` counts the worker's own batches. Left
+  unset, both come from Horovod (``keras_caffe.distributed``): this worker's
+  rank and the number of workers; one process without Horovod reads it all.
 - **Errors.** Bad sources, shapes and parameters raise ``LayerError`` here,
   before training. What can only be found while reading (a bad record in a
   database too big to check up front, a missing image file) is raised inside
@@ -83,6 +85,14 @@ def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, n
         raise ArgumentError(owner, "data_format", "must be 'channels_last' or 'channels_first', "
                                                   f"got {data_format!r}")
     seed = DEFAULT_SEED if seed is None else check_int(owner, "seed", seed)
+    if shard_index is None and num_shards is None:  # this worker's share under Horovod
+        from keras_caffe.distributed.context import worker
+
+        shard_index, num_shards = worker().rank, worker().size
+    elif shard_index is None or num_shards is None:
+        raise ArgumentError(owner, "shard_index" if shard_index is None else "num_shards",
+                            "is None while the other is set: give both, or neither (this "
+                            "worker's share under Horovod)")
     num_shards = check_int(owner, "num_shards", num_shards, low=1)
     shard_index = check_int(owner, "shard_index", shard_index)
     if shard_index >= num_shards:
@@ -99,7 +109,7 @@ def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, n
 
 
 def layer_pipeline(layer, phase="TRAIN", *, net_source=None, data_format="channels_last",
-                   seed=None, arrays=None, shard_index=0, num_shards=1,
+                   seed=None, arrays=None, shard_index=None, num_shards=None,
                    in_memory_limit=IN_MEMORY_LIMIT):
     """The ``DataPipeline`` of one Caffe data layer (a ``caffe_pb2.LayerParameter``).
 
@@ -116,7 +126,7 @@ def layer_pipeline(layer, phase="TRAIN", *, net_source=None, data_format="channe
 
 
 def net_pipeline(net_param, phase="TRAIN", *, net_source=None, data_format="channels_last",
-                 seed=None, arrays=None, shard_index=0, num_shards=1,
+                 seed=None, arrays=None, shard_index=None, num_shards=None,
                  in_memory_limit=IN_MEMORY_LIMIT):
     """One ``DataPipeline`` for every data layer of a net, yielding all their tops.
 

@@ -52,13 +52,17 @@ class SmoothedLoss:
 
 class CaffeLog:
     """Writes Caffe's log messages to ``stream`` (default: stderr, where
-    ``caffe train`` logs with ``GLOG_logtostderr=1``)."""
+    ``caffe train`` logs with ``GLOG_logtostderr=1``). ``enabled=False``
+    writes nothing (the workers other than rank 0 under Horovod)."""
 
-    def __init__(self, stream=None, clock=None):
+    def __init__(self, stream=None, clock=None, enabled=True):
         self.stream = stream
         self.clock = clock or datetime.datetime.now
+        self.enabled = enabled
 
     def line(self, source, message, severity="I"):
+        if not self.enabled:
+            return
         now = self.clock()
         prefix = (f"{severity}{now:%m%d %H:%M:%S}.{now.microsecond:06d} "
                   f"{os.getpid():5d} {source}] ")

@@ -84,3 +84,8 @@ class LayerError(CaffeImportError):
 
 class WeightsError(CaffeImportError):
     """A weights file is unreadable or does not fit the net."""
+
+
+class DistributedError(KerasCaffeError):
+    """Data-parallel training went wrong: ranks disagree (model shapes,
+    arguments), or a worker was lost during a collective."""

@@ -1,0 +1,59 @@
+"""Data-parallel training with Horovod's ring all-reduce, for Keras 3.
+
+The FireCaffe / Caffe2 recipe: synchronous SGD; each worker reads its own
+share of the data; gradients are averaged with an all-reduce (no parameter
+server); every worker holds identical parameters; rank 0 writes snapshots
+and logs; the global batch is ``P`` times the worker's, with a scaled,
+warmed-up learning rate. ::
+
+    import keras_caffe, keras_caffe.distributed as kd
+    from keras_caffe.callbacks import BroadcastGlobalState, MetricAverage
+
+    kd.init(seed=1)
+    opt = kd.DistributedOptimizer(keras_caffe.SGD(kd.ScaledLearningRate(0.01, warmup_steps=500),
+                                                  momentum=0.9))
+    model.compile(optimizer=opt, loss=...)
+    model.fit(kd.shard(dataset).batch(64), callbacks=[BroadcastGlobalState(), MetricAverage()])
+
+    $ horovodrun -np 16 -H host1:8,host2:8 --gloo python train.py
+    $ horovodrun -np 16 ... keras-caffe train --solver solver.prototxt
+
+Built on Horovod's TensorFlow core (``horovod.tensorflow``), not on its
+Keras wrapper, which targets tf.keras 2. This package imports without
+Horovod; what needs it raises ``HorovodUnavailableError`` with one line on
+how to install it (``pip install 'keras-caffe[horovod]'``, built with Gloo
+against TensorFlow <= 2.18).
+"""
+
+from keras_caffe.distributed._hvd import HorovodUnavailableError
+from keras_caffe.distributed.context import (
+    RANK_SEED_STRIDE,
+    Worker,
+    active,
+    init,
+    is_chief,
+    launched,
+    local_rank,
+    rank,
+    size,
+    worker,
+)
+from keras_caffe.distributed.data import shard
+from keras_caffe.distributed.faults import failures
+from keras_caffe.distributed.optimizer import DistributedOptimizer
+from keras_caffe.distributed.schedules import ScaledLearningRate
+from keras_caffe.distributed.state import (
+    broadcast_object,
+    broadcast_state,
+    broadcast_variables,
+    check_same_state,
+    offset_seeds,
+)
+from keras_caffe.errors import DistributedError
+
+__all__ = [
+    "init", "worker", "Worker", "rank", "size", "local_rank", "is_chief", "active", "launched",
+    "DistributedOptimizer", "ScaledLearningRate", "shard", "failures", "broadcast_state",
+    "broadcast_variables", "broadcast_object", "check_same_state", "offset_seeds",
+    "DistributedError", "HorovodUnavailableError", "RANK_SEED_STRIDE",
+]

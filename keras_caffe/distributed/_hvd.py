@@ -1,0 +1,36 @@
+"""Horovod, imported on first use: ``keras_caffe.distributed`` imports without it."""
+
+import importlib
+import sys
+
+INSTALL_HINT = (
+    "keras_caffe.distributed needs Horovod 0.28.1 built for TensorFlow with Gloo: "
+    "apt-get install cmake g++ libhighwayhash-dev libfarmhash-dev, then "
+    "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
+    "pip install --no-build-isolation 'keras-caffe[horovod]' (TensorFlow <= 2.18)"
+)
+
+
+class HorovodUnavailableError(ImportError):
+    """Horovod is not installed (or not built for TensorFlow). The message is
+    one line saying how to install it."""
+
+
+def horovod():
+    """``horovod.tensorflow``, or ``HorovodUnavailableError``."""
+    try:
+        return importlib.import_module("horovod.tensorflow")
+    except ImportError as err:
+        raise HorovodUnavailableError(f"{INSTALL_HINT} ({err})") from None
+
+
+def loaded():
+    """``horovod.tensorflow`` if something already imported and initialized
+    it, else None. Never imports Horovod (cheap, safe without it)."""
+    hvd = sys.modules.get("horovod.tensorflow")
+    if hvd is None:
+        return None
+    try:
+        return hvd if hvd.is_initialized() else None
+    except Exception:  # noqa: BLE001 - a half-imported Horovod counts as absent
+        return None

@@ -1,0 +1,117 @@
+"""One data-parallel ``model.fit`` run, for tests/distributed (run under horovodrun).
+
+``python fit_worker.py OUT --optimizer sgd|adam|yellowfin [--steps N] [--batch B]
+[--reference] [--jit] [--no-broadcast] [--dropout] [--save-at K] [--resume PATH]``
+
+Each worker trains a small CNN on its shard of a fixed synthetic data set
+(``kd.shard`` of the samples, then batches of B) and writes
+``OUT/rank{r}.npz``: final weights (w0, w1, ...), and per step the loss and,
+for YellowFin, the tuned lr and momentum. ``--reference`` runs one process
+without Horovod on all samples, batches of B (give it twice the workers' B).
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out")
+parser.add_argument("--optimizer", default="sgd")
+parser.add_argument("--steps", type=int, default=20)
+parser.add_argument("--batch", type=int, default=8)
+parser.add_argument("--reference", action="store_true")
+parser.add_argument("--jit", action="store_true")
+parser.add_argument("--no-broadcast", action="store_true")
+parser.add_argument("--dropout", action="store_true")
+parser.add_argument("--snapshot-every", type=int, default=0)
+parser.add_argument("--resume", default=None)
+parser.add_argument("--width", type=int, default=8)
+parser.add_argument("--kill-rank", type=int, default=-1)
+parser.add_argument("--kill-at", type=int, default=-1)
+args = parser.parse_args()
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import keras_caffe  # noqa: E402
+import keras_caffe.distributed as kd  # noqa: E402
+from keras_caffe.callbacks import (  # noqa: E402
+    BroadcastGlobalState, CaffeSnapshot, MetricAverage, restore_snapshot)
+
+if args.reference:
+    keras.utils.set_random_seed(7)
+    rank, size = 0, 1
+else:
+    me = kd.init(seed=7)
+    rank, size = me.rank, me.size
+
+rng = np.random.default_rng(0)
+N = 4096
+x = rng.normal(size=(N, 8, 8, 1)).astype("float32")
+y = (x[:, :4].mean(axis=(1, 2, 3)) > 0).astype("int32")
+
+
+def make_optimizer():
+    if args.optimizer == "sgd":
+        return keras_caffe.SGD(0.05, momentum=0.9, weight_decay=5e-4)
+    if args.optimizer == "adam":
+        return keras.optimizers.Adam(1e-3)
+    if args.optimizer == "yellowfin":
+        return keras_caffe.YellowFin(learning_rate=0.01)
+    raise SystemExit(f"unknown optimizer {args.optimizer}")
+
+
+width = args.width + (rank if os.environ.get("MISMATCH_RANK") == str(rank) else 0)
+layers = [keras.Input((8, 8, 1)), keras.layers.Conv2D(width, 3, activation="relu"),
+          keras.layers.Flatten()]
+if args.dropout:
+    layers.append(keras.layers.Dropout(0.3))
+layers.append(keras.layers.Dense(2))
+model = keras.Sequential(layers)
+optimizer = make_optimizer()
+if not args.reference:
+    optimizer = kd.DistributedOptimizer(optimizer)
+model.compile(optimizer=optimizer, jit_compile=args.jit,
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+data = tf.data.Dataset.from_tensor_slices((x, y))
+if not args.reference:
+    data = kd.shard(data)
+data = data.batch(args.batch, drop_remainder=True)
+
+start = 0
+if args.resume:
+    restore_snapshot(model, args.resume)
+    start = int(model.optimizer.iterations.numpy())
+data = data.skip(start)
+
+history = {"loss": [], "lr": [], "mu": []}
+
+
+class Record(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        opt = self.model.optimizer
+        history["loss"].append(float(logs["loss"]))
+        if args.optimizer == "yellowfin":
+            history["lr"].append(float(opt.tuned_learning_rate.numpy()))
+            history["mu"].append(float(opt.tuned_momentum.numpy()))
+        done = int(opt.iterations.numpy())
+        if rank == args.kill_rank and done == args.kill_at:
+            os.kill(os.getpid(), 9)
+
+
+callbacks = [] if (args.reference or args.no_broadcast) else [BroadcastGlobalState(), MetricAverage()]
+callbacks.append(Record())
+if args.snapshot_every:
+    callbacks.append(CaffeSnapshot(os.path.join(args.out, "snap"), args.snapshot_every))
+with kd.failures(lambda: f"iteration {int(model.optimizer.iterations.numpy())}"):
+    model.fit(data, epochs=1, steps_per_epoch=args.steps - start, callbacks=callbacks, verbose=0)
+
+os.makedirs(args.out, exist_ok=True)
+weights = {f"w{i}": v.numpy() for i, v in enumerate(model.weights)}
+np.savez(os.path.join(args.out, f"rank{rank}.npz"), iterations=int(model.optimizer.iterations.numpy()),
+         loss=np.array(history["loss"]), lr=np.array(history["lr"]), mu=np.array(history["mu"]),
+         **weights)
+print(f"rank {rank} of {size} done", file=sys.stderr)
