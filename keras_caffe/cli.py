@@ -4,6 +4,7 @@
     keras-caffe import train_val.prototxt --phase TRAIN --summary
     keras-caffe import --list-layers
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 32 --bandwidth 10Gbit/s
+    keras-caffe analyze deploy.prototxt --batch 1024 --workers 1,2,4,8 --device-flops 6.1T
     keras-caffe train --solver solver.prototxt [--snapshot x_iter_N.solverstate] [--weights w.caffemodel]
     keras-caffe time --model train_val.prototxt --iterations 50
 
@@ -57,9 +58,15 @@ def _parser():
                     "per step of a parameter server, a reduction tree and a ring all-reduce.")
     ana.add_argument("net", help="the .prototxt")
     ana.add_argument("--batch", type=int, default=1, help="batch per step (all workers)")
-    ana.add_argument("--workers", type=int, default=1)
+    ana.add_argument("--workers", default="1",
+                     help="data-parallel workers p, or a list (1,2,4,8) for a scaling table")
     ana.add_argument("--bandwidth", default="10Gbit/s",
                      help="per-link bandwidth: bytes/s or with a unit (10Gbit/s, 1.25GB/s)")
+    ana.add_argument("--device-flops",
+                     help="one worker's sustained FLOP/s (6.1T, 3.9e12): adds the predicted step "
+                          "time and speed-up of each scheme at each p (needed for a list)")
+    ana.add_argument("--overlap", action="store_true",
+                     help="with --device-flops: step = max(compute, communication), not the sum")
     ana.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
     ana.add_argument("--json", action="store_true", help="print JSON instead of tables")
     train = sub.add_parser(
@@ -194,14 +201,20 @@ def _cmd_analyze(args):
 
     from rich.console import Console
 
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.importers.analyze import analyze_scaling
 
-    report = analyze(args.net, batch=args.batch, workers=args.workers, bandwidth=args.bandwidth,
-                     phase=args.phase)
+    report, scaling = analyze_scaling(args.net, args.workers, args.device_flops,
+                                      batch=args.batch, bandwidth=args.bandwidth,
+                                      phase=args.phase, overlap=args.overlap)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        data = report.to_dict()
+        if scaling is not None:
+            data["scaling"] = scaling.to_dict()
+        print(json.dumps(data, indent=2))
     else:
         Console().print(report)
+        if scaling is not None:
+            Console().print(scaling)
     return 0
 
 

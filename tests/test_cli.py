@@ -126,3 +126,13 @@ def test_import_train_phase_summary(golden, capsys):
     out = capsys.readouterr().out
     for row in (("data", "HDF5Data", "(N, 20), (N,)"), ("loss", "SoftmaxWithLoss")):
         assert any(all(cell in line for cell in row) for line in out.splitlines()), row
+
+
+def test_analyze_scaling_table(lenet, capsys):
+    net = str(lenet / "deploy_used.prototxt")
+    assert cli.main(["analyze", net, "--batch", "64", "--workers", "1,2,4",
+                     "--device-flops", "6.1T", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["workers"] == 4 and [r["workers"] for r in data["scaling"]["rows"]] == [1, 2, 4]
+    assert cli.main(["analyze", net, "--workers", "1,2"]) == 2
+    assert "device_flops" in capsys.readouterr().err

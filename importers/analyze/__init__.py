@@ -56,6 +56,15 @@ Bandwidth: ``analyze`` takes bytes per second, as a number, or a string with
 its unit (``"10Gbit/s"``, ``"56 Gbps"``, ``"1.25 GB/s"``; ``parse_bandwidth``
 reads these; lower-case ``b`` is bits, upper-case ``B`` bytes, prefixes are
 decimal, ``Ki``/``Mi``/``Gi`` binary).
+
+Scaling (``speedup.py``): ``scaling(report, workers, device_flops)`` predicts,
+for each worker count ``p``, the step time ``compute + communication`` of
+the three schemes (``max`` of the two with ``overlap=True``) and the
+speed-up over one worker that communicates nothing; compute is the busiest
+worker's share ``ceil(B / p)`` of the batch's forward + backward FLOPs at
+``device_flops`` sustained FLOP/s, an assumption the caller states.
+``analyze_scaling`` is the command line's entry (``--workers 1,2,4
+--device-flops 6.1T``).
 """
 
 from keras_caffe.importers.analyze.communication import (
@@ -66,11 +75,21 @@ from keras_caffe.importers.analyze.communication import (
 )
 from keras_caffe.importers.analyze.core import analyze
 from keras_caffe.importers.analyze.report import LayerStats, Report
+from keras_caffe.importers.analyze.speedup import (
+    DEFAULT_WORKERS,
+    Scaling,
+    ScalingRow,
+    analyze_scaling,
+    parse_flops,
+    parse_workers,
+    scaling,
+)
 from keras_caffe.importers.analyze.shapes import UnknownLayerTypeError
 from keras_caffe.importers.analyze.units import BYTES_PER_VALUE, DEFAULT_BANDWIDTH, MB
 
 __all__ = [
     "analyze", "Report", "LayerStats", "parse_bandwidth", "parameter_server_time",
     "reduction_tree_time", "ring_allreduce_time", "UnknownLayerTypeError",
-    "DEFAULT_BANDWIDTH", "BYTES_PER_VALUE", "MB",
+    "DEFAULT_BANDWIDTH", "BYTES_PER_VALUE", "MB", "scaling", "Scaling", "ScalingRow",
+    "analyze_scaling", "parse_flops", "parse_workers", "DEFAULT_WORKERS",
 ]
