@@ -1,5 +1,6 @@
 """The keras-caffe command line."""
 
+import json
 import os
 import subprocess
 import sys
