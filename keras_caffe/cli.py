@@ -6,6 +6,7 @@
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 32 --bandwidth 10Gbit/s
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 1,2,4,8 --device-flops 6.1T
     keras-caffe train --solver solver.prototxt [--snapshot x_iter_N.solverstate] [--weights w.caffemodel]
+    horovodrun -np 4 keras-caffe train --solver solver.prototxt [--scale-lr --warmup-iters 500]
     keras-caffe time --model train_val.prototxt --iterations 50
 
 Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
@@ -78,14 +79,23 @@ def _parser():
                        help="resume from this .solverstate (ours or Caffe's)")
     train.add_argument("--weights", "-weights",
                        help="start from these .caffemodel weights (comma-separated list)")
-    train.add_argument("--log", choices=["progress", "caffe"], default="progress",
-                       help="a progress bar (default), or Caffe's log lines on stderr")
+    train.add_argument("--log", "--log-format", dest="log", choices=["progress", "caffe"],
+                       default="progress",
+                       help="a progress bar (default), or Caffe's log lines on stderr (under "
+                            "horovodrun write --log-format: horovodrun takes --log for its own "
+                            "--log-level)")
     train.add_argument("--data-format", default="channels_last",
                        choices=["channels_last", "channels_first"])
     train.add_argument("--snapshot-format", choices=["caffe", "caffe_hdf5", "keras"],
                        help="default: the solver's snapshot_format")
     train.add_argument("--jit", choices=["auto", "on", "off"], default="auto",
                        help="XLA for the train step (auto: on GPUs)")
+    train.add_argument("--scale-lr", action="store_true",
+                       help="under horovodrun: multiply the rate by the number of workers "
+                            "(the large-batch rule)")
+    train.add_argument("--warmup-iters", type=int, default=0,
+                       help="with --scale-lr: reach the scaled rate linearly over this many "
+                            "iterations")
     tim = sub.add_parser(
         "time", help="time a net's forward and backward passes, per layer (like `caffe time`)",
         description="Average forward, backward and forward-backward time per layer and in "
@@ -106,10 +116,20 @@ def _jit(value):
 
 
 def _cmd_train(args):
+    from keras_caffe import distributed
     from keras_caffe.solver import Solver
 
+    if args.warmup_iters < 0:
+        raise _usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
+    if distributed.launched():  # started by horovodrun: data-parallel
+        try:
+            distributed.init()
+        except distributed.HorovodUnavailableError as err:
+            print(f"keras-caffe: error: {str(err).splitlines()[0]}", file=sys.stderr)
+            return 1
     with Solver(args.solver, weights=args.weights, log=args.log, data_format=args.data_format,
-                snapshot_format=args.snapshot_format, jit_compile=_jit(args.jit)) as solver:
+                snapshot_format=args.snapshot_format, jit_compile=_jit(args.jit),
+                scale_lr=args.scale_lr, warmup_iters=args.warmup_iters) as solver:
         solver.solve(resume_file=args.snapshot)
     return 0
 

@@ -77,23 +77,44 @@ class NetOutputs:
         return total, values
 
 
-def train_function(outputs, optimizer, iter_size, jit_compile):
+def train_function(outputs, optimizer, iter_size, jit_compile, reduce=None):
     """``run(iterator, k) -> (losses (k,), outputs (k, n_outputs))``: ``k``
     Caffe iterations. ``losses`` is each iteration's loss averaged over its
     ``iter_size`` passes (what Caffe smooths and prints); ``outputs`` each
     iteration's net outputs from its last pass (what Caffe's output blobs
-    hold when it displays them)."""
+    hold when it displays them).
+
+    ``reduce``: data-parallel training's gradient all-reduce
+    (``DistributedOptimizer.reduce_gradients``), run between the
+    forward/backward and the update, each its own (XLA-compiled if asked)
+    function: Horovod's collectives cannot run inside XLA."""
     model = outputs.model
     variables = model.trainable_variables
     count = len(outputs.entries)
 
-    @tf.function(jit_compile=jit_compile)
-    def one_pass(batch):
-        with tf.GradientTape() as tape:
-            loss, values = outputs(batch, training=True)
-        grads = tape.gradient(loss, variables)
-        optimizer.apply(grads, variables)
-        return loss, tf.stack(values)
+    if reduce is None:
+        @tf.function(jit_compile=jit_compile)
+        def one_pass(batch):
+            with tf.GradientTape() as tape:
+                loss, values = outputs(batch, training=True)
+            grads = tape.gradient(loss, variables)
+            optimizer.apply(grads, variables)
+            return loss, tf.stack(values)
+    else:
+        @tf.function(jit_compile=jit_compile)
+        def gradients(batch):
+            with tf.GradientTape() as tape:
+                loss, values = outputs(batch, training=True)
+            return loss, tf.stack(values), tape.gradient(loss, variables)
+
+        @tf.function(jit_compile=jit_compile)
+        def update(grads):
+            optimizer.apply(grads, variables)
+
+        def one_pass(batch):
+            loss, values, grads = gradients(batch)
+            update(reduce(grads))
+            return loss, values
 
     @tf.function
     def run(iterator, k):

@@ -20,6 +20,17 @@ the snapshot records the seed, the positions of every data stream and the
 model's random-generator states, so N iterations, a snapshot, a new process
 and N more give the weights of 2N uninterrupted iterations. (Caffe's own
 resume restarts its data layers at the first record.)
+
+Under Horovod (``horovodrun -np P keras-caffe train ...``, or a script that
+called ``keras_caffe.distributed.init()``) the Solver trains data-parallel,
+as Caffe's multi-GPU ``caffe train -gpu all`` does: each worker reads its
+own share of the training batches (``shard``), the gradients of each pass
+are averaged with one all-reduce before the update, so every worker holds
+the same weights (broadcast from rank 0 at the start and after a restore);
+rank 0 alone logs and snapshots, as Caffe's root solver does. Each worker
+runs the tests on the whole test set (same weights, same numbers; Caffe
+tests on the root solver only). The global batch is ``P`` times the net's
+batch; the rate is the solver file's unless ``scale_lr`` is given.
 """
 
 import os
@@ -30,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
+from keras_caffe.distributed.faults import failures
 from keras_caffe.errors import KerasCaffeError, SolverError
 from keras_caffe.importers.data_errors import pipeline_errors
 from keras_caffe.net_step import NetOutputs, resolve_jit, test_function, train_function
@@ -61,25 +73,44 @@ class Solver:
         snapshot_format: ``"caffe"``, ``"caffe_hdf5"`` or ``"keras"``;
             default: the file's ``snapshot_format`` (BINARYPROTO -> ``"caffe"``).
         shard_index, num_shards: read this worker's share of the training
-            data (data-parallel training).
+            data; default: this worker's rank and the number of workers
+            under Horovod, else all of it.
+        distributed: ``"auto"`` (default): data-parallel when Horovod is
+            initialized with more than one worker; ``False``: never.
+        scale_lr: under Horovod, multiply the rate by the number of workers
+            (the large-batch rule) after a linear warm-up of
+            ``warmup_iters`` iterations (``keras_caffe.distributed.ScaledLearningRate``).
     """
 
     def __init__(self, solver, *, weights=None, data_format="channels_last", arrays=None,
                  log="caffe", stream=None, jit_compile="auto", snapshot_format=None,
-                 shard_index=0, num_shards=1):
+                 shard_index=None, num_shards=None, distributed="auto", scale_lr=False,
+                 warmup_iters=0):
+        from keras_caffe.distributed.context import worker
         from keras_caffe.importers.solver import read_solver
 
         if log not in _LOGS:
             raise KerasCaffeError(f"Solver: log must be one of {_LOGS}, got {log!r}")
+        if distributed not in ("auto", False):
+            raise KerasCaffeError(f"Solver: distributed must be 'auto' or False, got "
+                                  f"{distributed!r}")
         self.param, self.source = read_solver(solver)
         p = self.param
-        self._log = CaffeLog(stream) if log == "caffe" else None
-        self._progress = log == "progress"
+        self.worker = worker() if distributed == "auto" else _single()
+        self.distributed = self.worker.size > 1
+        self._log = CaffeLog(stream, enabled=self.worker.is_chief) if log == "caffe" else None
+        self._progress = log == "progress" and self.worker.is_chief
         self._data_format = data_format
         self._arrays = arrays
+        if shard_index is None and num_shards is None:
+            shard_index, num_shards = self.worker.rank, self.worker.size
         self._shard = (shard_index, num_shards)
         self._check_param()
         self.seed = p.random_seed if p.random_seed >= 0 else int.from_bytes(os.urandom(4), "little") >> 1
+        if self.distributed:
+            from keras_caffe.distributed.state import broadcast_object
+
+            self.seed = broadcast_object(self.seed)  # one data order and init for all workers
         self._device = self._choose_device()
         self._jit = resolve_jit(jit_compile)
         keras.utils.set_random_seed(self.seed)
@@ -92,7 +123,7 @@ class Solver:
         self._test_outputs = [NetOutputs(m) for m in self.test_nets]
         if weights:
             self.copy_from(weights)
-        self.optimizer = self._make_optimizer()
+        self.optimizer = self._make_optimizer(scale_lr, warmup_iters)
         from keras_caffe.importers.training import training_args
 
         self.net.compile(optimizer=self.optimizer, jit_compile=self._jit, **training_args(self.net))
@@ -102,7 +133,14 @@ class Solver:
         self._test_pipes = [self._pipeline(t, "TEST", (0, 1)) for t in self._tests]
         self._tests_done = 0
         self._open_streams(train_batches=0, test_batches=[0] * len(self._tests))
-        self._run = train_function(self._train_outputs, self.optimizer, p.iter_size, self._jit)
+        reduce = None
+        if self.distributed:
+            from keras_caffe.distributed import DistributedOptimizer, broadcast_state
+
+            reduce = DistributedOptimizer(self.optimizer).reduce_gradients
+            broadcast_state(self.net, self.optimizer)
+        self._run = train_function(self._train_outputs, self.optimizer, p.iter_size, self._jit,
+                                   reduce=reduce)
         self._run_tests = [test_function(o, self._jit) for o in self._test_outputs]
         self._smoothed = SmoothedLoss(p.average_loss, 0)
         self.snapshot_format = snapshot_format or _FORMATS[p.snapshot_format]
@@ -110,8 +148,10 @@ class Solver:
             raise KerasCaffeError(f"Solver: snapshot_format must be 'caffe', 'caffe_hdf5' or "
                                   f"'keras', got {self.snapshot_format!r}")
         if self._log:
+            workers = (f", {self.worker.size} workers (Horovod), global batch x{self.worker.size}"
+                       if self.distributed else "")
             self._log.info(f"Solver scaffolding done ({self._device}, XLA "
-                           f"{'on' if self._jit else 'off'}, random_seed {self.seed}).",
+                           f"{'on' if self._jit else 'off'}, random_seed {self.seed}{workers}).",
                            "solver.cpp:57")
 
     # -- lifetime --------------------------------------------------------------------
@@ -190,7 +230,7 @@ class Solver:
             if p.test_interval and it % p.test_interval == 0 and (it > 0 or p.test_initialization):
                 self.test_all()
             k = self._chunk(it, stop)
-            with tf.device(self._device), pipeline_errors():
+            with tf.device(self._device), pipeline_errors(), failures(lambda: f"iteration {it}"):
                 losses, values = self._run(self._train_stream, tf.constant(k))
             losses, values = losses.numpy(), values.numpy()
             for i in range(k):
@@ -256,9 +296,12 @@ class Solver:
 
     def snapshot(self):
         """Write ``{snapshot_prefix}_iter_{N}`` weights and solver state;
-        returns the written paths."""
+        returns the written paths (None on workers other than rank 0, which
+        write nothing)."""
         from keras_caffe.importers.snapshot import save_snapshot
 
+        if not self.worker.is_chief:
+            return None
         prefix = self.param.snapshot_prefix or os.path.splitext(str(self.source))[0]
         directory = os.path.dirname(os.path.abspath(prefix + "_"))
         os.makedirs(directory, exist_ok=True)
@@ -296,6 +339,10 @@ class Solver:
                             if t > 0 or p.test_initialization)
             self._tests_done = tests
             self._open_streams(it * p.iter_size, [tests * n for n in p.test_iter])
+        if self.distributed:  # rank 0's state everywhere, each worker its own RNG stream
+            from keras_caffe.distributed import broadcast_state
+
+            broadcast_state(self.net, self.optimizer)
         return state
 
     def _state(self):
@@ -406,12 +453,20 @@ class Solver:
             imported.net_source = str(self.source)
         return imported
 
-    def _make_optimizer(self):
+    def _make_optimizer(self, scale_lr, warmup_iters):
         from keras_caffe.importers.export import param_multipliers
         from keras_caffe.optimizers.from_solver import optimizer_from_solver
 
         lr_mult, decay_mult = param_multipliers(self.net)
-        return optimizer_from_solver(self.param, lr_mult=lr_mult, decay_mult=decay_mult)
+        extra = {}
+        if scale_lr and self.distributed:
+            from keras_caffe.distributed import ScaledLearningRate
+            from keras_caffe.schedules import schedule_from_param
+
+            extra["learning_rate"] = ScaledLearningRate(
+                schedule_from_param(self.param, self.source), workers=self.worker.size,
+                warmup_steps=warmup_iters)
+        return optimizer_from_solver(self.param, lr_mult=lr_mult, decay_mult=decay_mult, **extra)
 
     def _shared_variables(self, test_model):
         """(train variable, test variable) pairs: Caffe's test nets share the
@@ -445,6 +500,12 @@ class Solver:
         self._test_batches = list(test_batches)
         self._test_streams = [iter(pipe.dataset(start_batch=n))
                               for pipe, n in zip(self._test_pipes, self._test_batches)]
+
+
+def _single():
+    from keras_caffe.distributed.context import Worker
+
+    return Worker(0, 1, 0, 1, None)
 
 
 def get_solver(path, **kwargs):

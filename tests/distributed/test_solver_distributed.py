@@ -1,0 +1,114 @@
+"""``horovodrun -np 2 keras-caffe train``: Caffe's solver, data-parallel.
+
+LeNet on the digits LMDB (examples/lenet_solver/make_data.py): two workers
+with batch 32 each must end where one worker with batch 64 ends (the data
+has no random crop, mirror or shuffle, so worker 0 reads records 0-31 and
+worker 1 records 32-63 of what the single worker reads as one batch).
+"""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hvd_support import check, environment, horovodrun, python, require_horovod
+
+REPO = Path(__file__).resolve().parents[2]
+LENET = REPO / "examples" / "lenet_solver"
+CLI = ["-m", "keras_caffe.cli"]
+SOLVER = """net: "{net}"
+test_iter: 2
+test_interval: 10
+base_lr: 0.01
+momentum: 0.9
+weight_decay: 0.0005
+lr_policy: "inv"
+gamma: 0.0001
+power: 0.75
+display: 5
+max_iter: 20
+snapshot: 10
+snapshot_prefix: "snap/lenet"
+solver_mode: CPU
+random_seed: 1701
+"""
+
+
+@pytest.fixture(scope="module")
+def lenet(tmp_path_factory):
+    require_horovod()
+    root = tmp_path_factory.mktemp("lenet")
+    subprocess.run([sys.executable, str(LENET / "make_data.py"), "--train", "1280", "--test",
+                    "200", "--out", str(root)], check=True, env=environment(),
+                   stdout=subprocess.DEVNULL)
+    text = (LENET / "lenet_train_test.prototxt").read_text()
+    (root / "net64.prototxt").write_text(text)
+    (root / "net32.prototxt").write_text(text.replace("batch_size: 64", "batch_size: 32"))
+    for batch in (32, 64):
+        (root / f"solver{batch}.prototxt").write_text(SOLVER.format(net=f"net{batch}.prototxt"))
+    return root
+
+
+def caffemodel(path):
+    from keras_caffe.importers.weights import load_weights
+
+    return {name: [np.asarray(b) for b in blobs] for name, blobs in load_weights(path).items()}
+
+
+def train(cwd, solver, np_, *extra):
+    cwd.mkdir(exist_ok=True)
+    args = [*CLI, "train", "--solver", solver, "--log-format", "caffe", *extra]
+    run = horovodrun(args, np=np_, cwd=cwd) if np_ > 1 else python(args, cwd=cwd)
+    return check(run).stdout
+
+
+def test_two_workers_train_like_one_with_twice_the_batch(lenet):
+    log2 = train(lenet / "np2", lenet / "solver32.prototxt", 2)
+    log1 = train(lenet / "np1", lenet / "solver64.prototxt", 1)
+    two = caffemodel(lenet / "np2" / "snap" / "lenet_iter_20.caffemodel")
+    one = caffemodel(lenet / "np1" / "snap" / "lenet_iter_20.caffemodel")
+    assert sorted(two) == sorted(one) == ["conv1", "conv2", "ip1", "ip2"]
+    for name in one:
+        for a, b in zip(two[name], one[name]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    # rank 0 alone logs and snapshots
+    assert "Iteration 20" in log2 and "2 workers (Horovod)" in log2
+    assert not [line for line in log2.splitlines() if line.startswith("[1]") and "] " in line
+                and "solver.cpp" in line]
+    assert sorted(p.name for p in (lenet / "np2" / "snap").iterdir()) == [
+        "lenet_iter_10.caffemodel", "lenet_iter_10.solverstate",
+        "lenet_iter_20.caffemodel", "lenet_iter_20.solverstate"]
+    assert "Iteration 20" in log1
+
+
+def test_resumed_distributed_run_equals_uninterrupted(lenet):
+    if not (lenet / "np2" / "snap" / "lenet_iter_20.caffemodel").exists():
+        train(lenet / "np2", lenet / "solver32.prototxt", 2)
+    resumed = lenet / "np2_resumed"
+    resumed.mkdir()
+    shutil.copytree(lenet / "np2" / "snap", resumed / "snap")
+    (resumed / "snap" / "lenet_iter_20.caffemodel").unlink()
+    (resumed / "snap" / "lenet_iter_20.solverstate").unlink()
+    train(resumed, lenet / "solver32.prototxt", 2, "--snapshot", "snap/lenet_iter_10.solverstate")
+    whole = caffemodel(lenet / "np2" / "snap" / "lenet_iter_20.caffemodel")
+    again = caffemodel(resumed / "snap" / "lenet_iter_20.caffemodel")
+    for name in whole:
+        for a, b in zip(whole[name], again[name]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_xla_train_step_runs_the_all_reduce_outside_the_compiled_region(lenet):
+    """``--jit on``: forward/backward and the update are XLA-compiled, the
+    all-reduce runs between them; the run still equals one worker with twice
+    the batch (XLA's own rounding allowed: rtol 1e-4)."""
+    log = train(lenet / "np2_xla", lenet / "solver32.prototxt", 2, "--jit", "on")
+    assert "XLA on" in log
+    if not (lenet / "np1" / "snap" / "lenet_iter_20.caffemodel").exists():
+        train(lenet / "np1", lenet / "solver64.prototxt", 1)
+    xla = caffemodel(lenet / "np2_xla" / "snap" / "lenet_iter_20.caffemodel")
+    one = caffemodel(lenet / "np1" / "snap" / "lenet_iter_20.caffemodel")
+    for name in one:
+        for a, b in zip(xla[name], one[name]):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
