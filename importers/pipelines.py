@@ -89,10 +89,9 @@ def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, n
         from keras_caffe.distributed.context import worker
 
         shard_index, num_shards = worker().rank, worker().size
-    elif shard_index is None or num_shards is None:
-        raise ArgumentError(owner, "shard_index" if shard_index is None else "num_shards",
-                            "is None while the other is set: give both, or neither (this "
-                            "worker's share under Horovod)")
+    else:
+        shard_index = 0 if shard_index is None else shard_index
+        num_shards = 1 if num_shards is None else num_shards
     num_shards = check_int(owner, "num_shards", num_shards, low=1)
     shard_index = check_int(owner, "shard_index", shard_index)
     if shard_index >= num_shards:
