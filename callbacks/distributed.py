@@ -18,7 +18,9 @@ import keras
 import numpy as np
 
 from keras_caffe.distributed._hvd import loaded
+from keras_caffe.distributed.optimizer import DistributedOptimizer
 from keras_caffe.distributed.state import broadcast_state
+from keras_caffe.errors import DistributedError
 
 
 class BroadcastGlobalState(keras.callbacks.Callback):
@@ -36,6 +38,15 @@ class BroadcastGlobalState(keras.callbacks.Callback):
 
     def set_model(self, model):
         super().set_model(model)
+        outer = getattr(model, "optimizer", None)
+        if isinstance(outer, keras.optimizers.LossScaleOptimizer) and isinstance(
+                outer.inner_optimizer, DistributedOptimizer):
+            raise DistributedError(
+                "the model's optimizer is LossScaleOptimizer(DistributedOptimizer(...)) (Keras "
+                "wraps it under mixed_float16): its overflow check would run on each worker's "
+                "own gradients, and workers that disagree wait for each other forever; compile "
+                "with optimizer=DistributedOptimizer(keras.optimizers.LossScaleOptimizer(opt)) "
+                "and auto_scale_loss=False")
         hvd = loaded()
         if hvd is not None and hvd.size() > 1 and getattr(model, "jit_compile", False):
             warnings.warn(

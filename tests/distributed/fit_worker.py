@@ -30,6 +30,7 @@ parser.add_argument("--resume", default=None)
 parser.add_argument("--width", type=int, default=8)
 parser.add_argument("--kill-rank", type=int, default=-1)
 parser.add_argument("--kill-at", type=int, default=-1)
+parser.add_argument("--mixed", action="store_true")
 args = parser.parse_args()
 
 import keras  # noqa: E402
@@ -63,6 +64,8 @@ def make_optimizer():
     raise SystemExit(f"unknown optimizer {args.optimizer}")
 
 
+if args.mixed:
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
 width = args.width + (rank if os.environ.get("MISMATCH_RANK") == str(rank) else 0)
 layers = [keras.Input((8, 8, 1)), keras.layers.Conv2D(width, 3, activation="relu"),
           keras.layers.Flatten()]
@@ -71,9 +74,11 @@ if args.dropout:
 layers.append(keras.layers.Dense(2))
 model = keras.Sequential(layers)
 optimizer = make_optimizer()
+if args.mixed:  # the overflow check must see the reduced gradients
+    optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
 if not args.reference:
     optimizer = kd.DistributedOptimizer(optimizer)
-model.compile(optimizer=optimizer, jit_compile=args.jit,
+model.compile(optimizer=optimizer, jit_compile=args.jit, auto_scale_loss=not args.mixed,
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 data = tf.data.Dataset.from_tensor_slices((x, y))
@@ -94,7 +99,7 @@ class Record(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         opt = self.model.optimizer
         history["loss"].append(float(logs["loss"]))
-        if args.optimizer == "yellowfin":
+        if args.optimizer == "yellowfin" and not args.mixed:
             history["lr"].append(float(opt.tuned_learning_rate.numpy()))
             history["mu"].append(float(opt.tuned_momentum.numpy()))
         done = int(opt.iterations.numpy())

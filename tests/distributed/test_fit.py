@@ -64,6 +64,25 @@ def test_jit_compile_true_all_reduces(tmp_path):
         np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-7)
 
 
+def test_mixed_float16_with_loss_scaling_inside_the_all_reduce(tmp_path):
+    """mixed_float16: DistributedOptimizer(LossScaleOptimizer(opt)) trains
+    without the workers disagreeing on skipped steps: the ranks stay
+    identical, and the run tracks np=1 with twice the batch (float16
+    activations round differently per batch size: within 5% in norm)."""
+    require_horovod()
+    out = tmp_path / "mixed"
+    check(horovodrun([FIT_WORKER, out, "--optimizer", "sgd", "--steps", STEPS, "--mixed"]))
+    ref = tmp_path / "ref"
+    check(python([FIT_WORKER, ref, "--optimizer", "sgd", "--steps", STEPS, "--batch", 16,
+                  "--reference", "--mixed"]))
+    rank0, rank1, one = (np.load(out / "rank0.npz"), np.load(out / "rank1.npz"),
+                         np.load(ref / "rank0.npz"))
+    assert int(rank0["iterations"]) == STEPS
+    for a, b, r in zip(weights(rank0), weights(rank1), weights(one)):
+        np.testing.assert_array_equal(a, b)
+        assert np.linalg.norm(a - r) <= 0.05 * np.linalg.norm(r)
+
+
 def test_xla_step_with_the_all_reduce_fails_loudly(tmp_path):
     """Without the callback an XLA-compiled step containing Horovod's
     all-reduce is refused by TensorFlow: an error, never a skipped reduction."""
