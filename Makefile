@@ -60,7 +60,7 @@ demo: install
 	cd $(LENET) && ../../$(BIN)/keras-caffe train --solver lenet_solver_demo.prototxt --log caffe
 
 test: install
-	KERAS_CAFFE_EXPECT_INSTALLED=1 $(BIN)/pytest
+	KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(HOROVOD) $(BIN)/pytest
 
 test-compat:
 	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow==2.18.1" HOROVOD=1
