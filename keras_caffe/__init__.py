@@ -9,6 +9,8 @@
 - ``import_model`` / ``export_caffemodel``: Caffe nets <-> Keras models.
 - ``Solver`` / ``get_solver``: a Caffe solver file trained end to end
   (``keras-caffe train``), pycaffe's solver API.
+- ``keras_caffe.distributed`` (imported on its own): data-parallel training
+  with Horovod's ring all-reduce.
 """
 
 __version__ = "0.1.0"
