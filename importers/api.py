@@ -11,7 +11,8 @@ from keras_caffe.layers import CaffeBlobs
 
 
 def import_model(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
-                 level=0, stages=(), name=None, fold_batchnorm=False, input_shapes=None):
+                 level=0, stages=(), name=None, fold_batchnorm=False, input_shapes=None,
+                 lms=None):
     """Build a Keras model from a Caffe net definition, with Caffe's numbers.
 
     Args:
@@ -32,13 +33,30 @@ def import_model(net, weights=None, *, phase="TEST", data_format="channels_last"
         input_shapes: ``{top: shape without the batch}`` for Input or data
             layers (Data, ImageData, HDF5Data, DummyData, MemoryData), whose
             shapes are otherwise read from their parameters or sources.
+        lms: a ``keras_caffe.LMS`` (Large Model Support: rematerialize or
+            stage activations over its threshold while training); default:
+            the one of an enclosing ``with keras_caffe.LMS(...)`` block, if any.
+            Its prediction of the activation memory is ``keras-caffe
+            analyze``'s |D| of this net.
     Returns:
         a ``keras.Model``; its layers are named after Caffe's ('/' becomes
         '_'; ``layer.caffe_name`` keeps the original on layers with blobs).
     """
-    return import_net(net, weights, phase=phase, data_format=data_format, outputs=outputs,
-                      level=level, stages=stages, name=name, fold_batchnorm=fold_batchnorm,
-                      input_shapes=input_shapes).model
+    from keras_caffe import lms as lms_module
+
+    if lms is not None and not isinstance(lms, lms_module.LMS):
+        from keras_caffe.errors import ArgumentError
+
+        raise ArgumentError("import_model", "lms",
+                            f"must be a keras_caffe.LMS or None, got {lms!r}")
+    imported = import_net(net, weights, phase=phase, data_format=data_format, outputs=outputs,
+                          level=level, stages=stages, name=name, fold_batchnorm=fold_batchnorm,
+                          input_shapes=input_shapes)
+    lms = lms if lms is not None else lms_module.current()
+    if lms is not None:
+        lms_module.attach(imported, lms, phase=phase, level=level, stages=stages,
+                          data_format=data_format)
+    return imported.model
 
 
 class ImportedNet:

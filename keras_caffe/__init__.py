@@ -9,6 +9,8 @@
 - ``import_model`` / ``export_caffemodel``: Caffe nets <-> Keras models.
 - ``Solver`` / ``get_solver``: a Caffe solver file trained end to end
   (``keras-caffe train``), pycaffe's solver API.
+- ``LMS``: Large Model Support, recomputing or staging large activations
+  so nets train beyond the device's memory.
 - ``keras_caffe.distributed`` (imported on its own): data-parallel training
   with Horovod's ring all-reduce.
 """
@@ -33,11 +35,12 @@ from keras_caffe.optimizers import (
     YellowFin,
 )
 from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
+from keras_caffe.lms import LMS
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
 from keras_caffe.solver import Solver, get_solver
 
 __all__ = [
     "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer", "YellowFin",
     "optimizer_from_solver", "Solver", "get_solver", "schedules", "import_model", "export_caffemodel", "param_multipliers", "layers",
-    "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError",
+    "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError", "LMS",
 ]

@@ -7,12 +7,15 @@
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 1,2,4,8 --device-flops 6.1T
     keras-caffe train --solver solver.prototxt [--snapshot x_iter_N.solverstate] [--weights w.caffemodel]
     horovodrun -np 4 keras-caffe train --solver solver.prototxt [--scale-lr --warmup-iters 500]
+    keras-caffe train --solver solver.prototxt --lms 1000 --lms-frac 0.4
     keras-caffe time --model train_val.prototxt --iterations 50
 
 Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
 """
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -93,6 +96,12 @@ def _parser():
     train.add_argument("--scale-lr", action="store_true",
                        help="under horovodrun: multiply the rate by the number of workers "
                             "(the large-batch rule)")
+    train.add_argument("--lms", type=float, metavar="N",
+                       help="Large Model Support: recompute (or stage through host memory) "
+                            "activations larger than N KB on the backward pass")
+    train.add_argument("--lms-frac", type=float, metavar="F",
+                       help="with --lms: only when the net's predicted activations exceed F x "
+                            "the device's memory")
     train.add_argument("--warmup-iters", type=int, default=0,
                        help="with --scale-lr: reach the scaled rate linearly over this many "
                             "iterations")
@@ -116,11 +125,38 @@ def _jit(value):
 
 
 def _cmd_train(args):
-    from keras_caffe import distributed
-    from keras_caffe.solver import Solver
+    from keras_caffe.lms import from_cli
 
     if args.warmup_iters < 0:
         raise _usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
+    lms = from_cli(args.lms, args.lms_frac)
+    with _lms_log(lms is not None):
+        return _train(args, lms)
+
+
+@contextlib.contextmanager
+def _lms_log(enabled):
+    """LMS's decision line ("what was decided and why") on stderr."""
+    if not enabled:
+        yield
+        return
+    logger = logging.getLogger("keras_caffe.lms")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _train(args, lms):
+    from keras_caffe import distributed
+    from keras_caffe.solver import Solver
+
     if distributed.launched():  # started by horovodrun: data-parallel
         try:
             distributed.init()
@@ -129,7 +165,7 @@ def _cmd_train(args):
             return 1
     with Solver(args.solver, weights=args.weights, log=args.log, data_format=args.data_format,
                 snapshot_format=args.snapshot_format, jit_compile=_jit(args.jit),
-                scale_lr=args.scale_lr, warmup_iters=args.warmup_iters) as solver:
+                scale_lr=args.scale_lr, warmup_iters=args.warmup_iters, lms=lms) as solver:
         solver.solve(resume_file=args.snapshot)
     return 0
 

@@ -80,12 +80,14 @@ class Solver:
         scale_lr: under Horovod, multiply the rate by the number of workers
             (the large-batch rule) after a linear warm-up of
             ``warmup_iters`` iterations (``keras_caffe.distributed.ScaledLearningRate``).
+        lms: a ``keras_caffe.LMS`` (Large Model Support) for the train net;
+            default: the enclosing ``with keras_caffe.LMS(...)`` block's, if any.
     """
 
     def __init__(self, solver, *, weights=None, data_format="channels_last", arrays=None,
                  log="caffe", stream=None, jit_compile="auto", snapshot_format=None,
                  shard_index=None, num_shards=None, distributed="auto", scale_lr=False,
-                 warmup_iters=0):
+                 warmup_iters=0, lms=None):
         from keras_caffe.distributed.context import worker
         from keras_caffe.importers.solver import read_solver
 
@@ -117,6 +119,7 @@ class Solver:
         train, tests = self._net_sources()
         self._train = self._import(train, "TRAIN", p.train_state if p.HasField("train_state") else None)
         self.net = self._train.model
+        self._attach_lms(lms)
         self._train_outputs = NetOutputs(self.net)
         self._tests = [self._import(spec, "TEST", state) for spec, state in tests]
         self.test_nets = [t.model for t in self._tests]
@@ -452,6 +455,21 @@ class Solver:
         else:
             imported.net_source = str(self.source)
         return imported
+
+    def _attach_lms(self, lms):
+        from keras_caffe import lms as lms_module
+
+        if lms is not None and not isinstance(lms, lms_module.LMS):
+            raise KerasCaffeError(f"Solver: lms must be a keras_caffe.LMS or None, got {lms!r}")
+        lms = lms if lms is not None else lms_module.current()
+        if lms is None:
+            return
+        p = self.param
+        state = p.train_state if p.HasField("train_state") else None
+        lms_module.attach(self._train, lms, phase="TRAIN",
+                          level=state.level if state is not None else 0,
+                          stages=tuple(state.stage) if state is not None else (),
+                          data_format=self._data_format, jit_compile=self._jit)
 
     def _make_optimizer(self, scale_lr, warmup_iters):
         from keras_caffe.importers.export import param_multipliers

@@ -31,6 +31,7 @@ parser.add_argument("--width", type=int, default=8)
 parser.add_argument("--kill-rank", type=int, default=-1)
 parser.add_argument("--kill-at", type=int, default=-1)
 parser.add_argument("--mixed", action="store_true")
+parser.add_argument("--lms", action="store_true")
 args = parser.parse_args()
 
 import keras  # noqa: E402
@@ -73,6 +74,8 @@ if args.dropout:
     layers.append(keras.layers.Dropout(0.3))
 layers.append(keras.layers.Dense(2))
 model = keras.Sequential(layers)
+if args.lms:  # every activation recomputed on the backward pass
+    keras_caffe.LMS(threshold_kb=0).apply(model)
 optimizer = make_optimizer()
 if args.mixed:  # the overflow check must see the reduced gradients
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

@@ -46,6 +46,18 @@ def test_two_workers_equal_one_worker_with_twice_the_batch(tmp_path, optimizer):
         assert rank0["mu"][-1] > 0.0  # the tuner ran
 
 
+def test_lms_under_horovod_changes_no_number(tmp_path):
+    """LMS (every activation recomputed) in a 2-worker run: the weights are
+    those of the same run without LMS, bit for bit."""
+    require_horovod()
+    runs = {}
+    for name, extra in (("plain", []), ("lms", ["--lms"])):
+        check(horovodrun([FIT_WORKER, tmp_path / name, "--steps", 10, *extra]))
+        runs[name] = np.load(tmp_path / name / "rank0.npz")
+    for a, b in zip(weights(runs["plain"]), weights(runs["lms"])):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=0)
+
+
 def test_jit_compile_true_all_reduces(tmp_path):
     """``jit_compile=True`` on CPU: BroadcastGlobalState turns XLA off for the
     train step with a warning, and the all-reduce still runs (the run equals

@@ -1,0 +1,238 @@
+"""Running an LMS plan: rematerialized and host-staged blocks, and the
+device's memory and speed.
+
+Both mechanisms recompute or copy, they never approximate, so a step gives
+the same loss and gradients as without LMS:
+
+- ``remat``: ``keras.remat`` (``tf.recompute_grad`` on TensorFlow) around
+  the block's sub-model. Its recomputation starts from the saved inputs plus
+  an exact ``+ 0`` that ties it to the incoming gradient, so it runs on the
+  backward pass and not before.
+- ``stage``: a ``tf.custom_gradient`` whose forward pass keeps a copy of the
+  block's inputs on ``/CPU:0`` (host memory) and whose backward pass copies
+  them back to the compute device (after the incoming gradient, by the same
+  ``+ 0`` data dependency) and differentiates the block from there. Under
+  XLA (``jit_compile``) device placement inside the compiled function is
+  ignored, so staging is never chosen there.
+
+The layers are the model's own: every block is a ``keras.Model`` over the
+original graph's tensors, so it shares the model's layers and variables.
+"""
+
+import functools
+import logging
+import os
+import resource
+import subprocess
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_caffe.lms_graph import output_structure
+
+LOG = logging.getLogger("keras_caffe.lms")
+HOST = "/CPU:0"
+
+
+# -- blocks ---------------------------------------------------------------------------
+
+
+class Runner:
+    """One block of a plan, ready to call: ``runner(values, training) -> values``."""
+
+    def __init__(self, block):
+        self.block = block
+        self.model = keras.Model(list(block.inputs), list(block.outputs),
+                                 name=f"lms_{block.kind}_{block.nodes[0].name}")
+
+    def _forward(self, training):
+        def forward(*xs):
+            out = self.model(list(xs), training=training)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
+        return forward
+
+    def __call__(self, args, training):
+        kind = self.block.kind
+        if kind == "remat":
+            return keras.remat(self._forward(training))(*args)
+        if kind == "stage":
+            return staged(self._forward(training))(*args)
+        return self._forward(training)(*args)
+
+
+def _after(tensor, dependency):
+    """``tensor + 0`` with the 0 computed from ``dependency``: exact (x + 0 = x,
+    NaN stays NaN) and scheduled after ``dependency`` exists, as
+    ``tf.recompute_grad`` does."""
+    first = tf.reduce_max(tf.reshape(dependency, [-1])[:1])
+    ok = tf.cast(first, tf.bool)
+    zero = tf.where(tf.equal(ok, ok), 0.0, float("nan"))
+    return tensor + tf.cast(zero, tensor.dtype)
+
+
+def staged(forward):
+    """``forward`` with its inputs kept in host memory between the forward
+    and the backward pass (Caffe LMS's host blobs)."""
+
+    @tf.custom_gradient
+    def inner(*xs):
+        ys = forward(*xs)
+        device = xs[0].device if xs else ""
+        with tf.device(HOST):
+            saved = [tf.identity(x) for x in xs]
+
+        def grad(*dys, variables=None):
+            variables = list(variables or [])
+            with tf.device(device or None):
+                back = [_after(tf.identity(s), dys[0]) for s in saved]
+                with tf.GradientTape() as tape:
+                    tape.watch(back)
+                    tape.watch(variables)
+                    again = forward(*back)
+                grads = tape.gradient(again, back + variables, output_gradients=list(dys),
+                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return grads[:len(back)], grads[len(back):]
+
+        return ys, grad
+
+    return inner
+
+
+def install(model, plans):
+    """Make ``model``'s calls run through ``plans(batch)`` (a function
+    returning runners for a batch size). The model keeps its layers,
+    weights, config and saving; only its call changes. ``uninstall`` undoes it."""
+
+    flat_inputs = tuple(keras.tree.flatten(model.inputs))
+    output_struct = output_structure(model)
+    flat_outputs = tuple(keras.tree.flatten(output_struct))
+
+    def call(inputs, training=None, mask=None, **kwargs):
+        xs = _flatten_inputs(inputs, flat_inputs)
+        values = {id(t): keras.ops.convert_to_tensor(x, dtype=t.dtype)
+                  for t, x in zip(flat_inputs, xs)}
+        batch = _static_batch(values.values())
+        for runner in plans(batch):
+            outs = runner([values[id(t)] for t in runner.block.inputs], training)
+            values.update(zip((id(t) for t in runner.block.outputs), outs))
+        return keras.tree.pack_sequence_as(output_struct, [values[id(t)] for t in flat_outputs])
+
+    model.call = call
+    return model
+
+
+def uninstall(model):
+    """Undo ``install``: the model calls its own graph again."""
+    if "call" in vars(model):
+        del model.call
+
+
+def _flatten_inputs(inputs, flat_inputs):
+    if isinstance(inputs, dict):
+        names = [t.name for t in flat_inputs]
+        if all(n in inputs for n in names):
+            return [inputs[n] for n in names]
+    xs = keras.tree.flatten(inputs)
+    if len(xs) != len(flat_inputs):
+        raise ValueError(f"the model takes {len(flat_inputs)} input(s), got {len(xs)}")
+    return xs
+
+
+def _static_batch(tensors):
+    for x in tensors:
+        shape = getattr(x, "shape", ())
+        if len(shape) and shape[0] is not None:
+            return int(shape[0])
+    return None
+
+
+# -- the device --------------------------------------------------------------------------
+
+
+def compute_device():
+    """``"GPU"`` when TensorFlow sees one, else ``"CPU"``."""
+    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+
+
+def device_memory():
+    """``(bytes or None, where)``: the memory activations must fit in.
+
+    GPU (untested here: no GPU was available when this was written): the
+    first logical GPU's ``memory_limit`` if one is configured, else the
+    total from ``nvidia-smi``. CPU: the smallest of physical RAM, the
+    cgroup's ``memory.max`` and the process's ``RLIMIT_DATA`` / ``RLIMIT_AS``.
+    """
+    if compute_device() == "GPU":
+        gpus = tf.config.list_physical_devices("GPU")
+        try:
+            configs = tf.config.get_logical_device_configuration(gpus[0])
+        except (ValueError, RuntimeError):
+            configs = None
+        if configs and getattr(configs[0], "memory_limit", None):
+            return int(configs[0].memory_limit) * 2 ** 20, "GPU:0 logical memory_limit"
+        total = _nvidia_smi_total()
+        if total:
+            return total, "GPU:0 memory (nvidia-smi)"
+        return None, "GPU:0 memory unknown"
+    limits = []
+    try:
+        limits.append((os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "host RAM"))
+    except (ValueError, OSError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            text = f.read().strip()
+        if text.isdigit():
+            limits.append((int(text), "cgroup memory.max"))
+    except OSError:
+        pass
+    for name in ("RLIMIT_DATA", "RLIMIT_AS"):
+        soft = resource.getrlimit(getattr(resource, name))[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append((soft, name))
+    if not limits:
+        return None, "host memory unknown"
+    return min(limits)
+
+
+def _nvidia_smi_total():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,"
+                              "nounits", "-i", "0"], capture_output=True, text=True, timeout=10)
+        return int(float(out.stdout.strip().splitlines()[0])) * 2 ** 20
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_rates():
+    """``(host link bytes/s, device multiply-adds/s)``, measured once on the
+    GPU: a 64 MiB round trip to the host and back, and a 4096^2 matmul
+    (untested here: no GPU was available when this was written)."""
+    with tf.device("/GPU:0"):
+        x = tf.random.uniform((16 * 2 ** 20,))
+        a = tf.random.uniform((4096, 4096))
+
+    def round_trip():
+        with tf.device(HOST):
+            h = tf.identity(x)
+        with tf.device("/GPU:0"):
+            return tf.reduce_sum(tf.identity(h))
+
+    def matmul():
+        with tf.device("/GPU:0"):
+            return tf.reduce_sum(tf.matmul(a, a))
+
+    link = _best_time(round_trip)
+    macs = _best_time(matmul)
+    return 2 * x.shape[0] * 4 / link, 4096 ** 3 / macs
+
+
+def _best_time(fn):
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        fn().numpy()
+        best = min(best, time.perf_counter() - start)
+    return best

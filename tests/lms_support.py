@@ -1,0 +1,101 @@
+"""Helpers of the LMS tests, and the child process of the memory-ceiling test.
+
+``python lms_support.py ceiling {none|lms}`` builds a deep plain conv stack,
+caps the process's data segment (RLIMIT_DATA) at what it uses before the
+step plus half the activations' bytes, and trains one step; it prints
+``STEP OK <loss>`` if the step completes.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def conv_stack(depth=6, channels=8, size=16, dropout=False, batchnorm=False, name="stack"):
+    """``depth`` x (Conv2D 3x3 + ReLU), global pooling, Dense(10) logits."""
+    x = inputs = keras.Input((size, size, channels), name="data")
+    for i in range(depth):
+        x = keras.layers.Conv2D(channels, 3, padding="same", name=f"conv{i}")(x)
+        if batchnorm and i == 1:
+            x = keras.layers.BatchNormalization(name=f"bn{i}")(x)
+        x = keras.layers.ReLU(name=f"relu{i}")(x)
+        if dropout and i == 2:
+            x = keras.layers.Dropout(0.5, seed=3, name=f"drop{i}")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    return keras.Model(inputs, keras.layers.Dense(10, name="fc")(x), name=name)
+
+
+def batch_for(model, n, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (n, *model.inputs[0].shape[1:])
+    return rng.standard_normal(shape).astype("float32"), rng.integers(0, 10, n).astype("int32")
+
+
+def loss_and_grads(model, x, y, training=True):
+    """One forward/backward in a ``tf.function``: (loss, [gradients])."""
+    import tensorflow as tf
+
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=training))
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    loss, grads = step(tf.constant(x), tf.constant(y))
+    return float(loss), [g.numpy() for g in grads]
+
+
+def max_relative(a, b):
+    """max |a - b| / max |a| over a list of arrays (0 where a is all 0)."""
+    worst = 0.0
+    for u, v in zip(a, b):
+        scale = float(np.max(np.abs(u))) or 1.0
+        worst = max(worst, float(np.max(np.abs(u - v))) / scale)
+    return worst
+
+
+# -- the memory-ceiling child -------------------------------------------------------------
+
+DEPTH, BATCH, SIZE, CHANNELS = 24, 64, 64, 16
+
+
+def _vm_data():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmData in /proc/self/status")
+
+
+def ceiling_child(mode):
+    import logging
+    import resource
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
+    keras.utils.set_random_seed(0)
+    model = conv_stack(DEPTH, CHANNELS, SIZE, name="ceiling")
+    x, y = batch_for(model, BATCH)
+    model(x[:2])  # builds everything the step needs except the activations
+    activations = 2 * DEPTH * BATCH * SIZE * SIZE * CHANNELS * 4
+    limit = _vm_data() + activations // 2
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
+    print(f"RLIMIT_DATA {limit} activations {activations}", flush=True)
+    if mode == "lms":
+        from keras_caffe.lms import LMS
+
+        LMS(threshold_kb=1000, frac=0.5).apply(model)
+    loss, _ = loss_and_grads(model, x, y)
+    print(f"STEP OK {loss:.9g}", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "ceiling":
+        ceiling_child(sys.argv[2])
+    else:
+        sys.exit(f"usage: {sys.argv[0]} ceiling none|lms")

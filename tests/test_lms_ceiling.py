@@ -1,0 +1,38 @@
+"""The proof: under a real memory ceiling (RLIMIT_DATA in a child process),
+a deep plain conv stack (24 x Conv 3x3 + ReLU, 64x64x16 maps, batch 64:
+768 MiB of activations) cannot train one step without LMS and trains with
+it. The ceiling is what the child uses before the step plus half of the
+activations; LMS keeps about 0.3 of them (measured), the plain step needs
+all of them, so the margin on both sides is wide."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = Path(__file__).resolve().parent / "lms_support.py"
+OUT_OF_MEMORY = ("std::bad_alloc", "ResourceExhausted", "OOM", "MemoryError",
+                 "Cannot allocate memory")
+
+
+def run_child(mode):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, str(CHILD), "ceiling", mode], capture_output=True,
+                          text=True, timeout=240, env=env, cwd=str(CHILD.parent))
+
+
+def test_deep_net_fails_under_the_ceiling_without_lms_and_trains_with_it():
+    plain = run_child("none")
+    assert "RLIMIT_DATA" in plain.stdout, plain.stderr[-2000:]
+    assert plain.returncode != 0 and "STEP OK" not in plain.stdout
+    output = plain.stdout + plain.stderr
+    assert any(marker in output for marker in OUT_OF_MEMORY), output[-2000:]
+
+    lms = run_child("lms")
+    assert lms.returncode == 0, (lms.stdout + lms.stderr)[-3000:]
+    assert "STEP OK" in lms.stdout
+    # the frac decision saw the ceiling: |D| 784 MiB > 0.5 x the RLIMIT_DATA limit
+    decision = [line for line in lms.stdout.splitlines() if ": on: predicted" in line]
+    assert len(decision) == 1 and "(RLIMIT_DATA)" in decision[0], lms.stdout
+    assert "predicted activations |D| 784.01 MiB" in decision[0]
+    assert "48 rematerialized" in decision[0]
