@@ -3,6 +3,7 @@
 #   make test          install into .venv (newest TensorFlow) and run the whole suite
 #   make test-compat   the same in .venv-tf218 (TensorFlow 2.18 + Horovod 0.28.1 built with Gloo)
 #   make bench         benchmarks/ (not part of the tests)
+#   make bench-horovod benchmarks/allreduce_overhead.py in .venv-tf218 (needs Horovod)
 #   make proto         regenerate keras_caffe/proto/caffe_pb2.py from caffe.proto
 
 PYTHON ?= python3
@@ -14,7 +15,7 @@ HOROVOD_SPEC ?= horovod==0.28.1
 BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test test-compat bench proto clean
+.PHONY: install demo test test-compat bench bench-horovod proto clean
 
 # A fresh Debian needs python3-venv for `python3 -m venv`.
 $(BIN)/python:
@@ -72,6 +73,11 @@ bench: install
 	$(BIN)/python benchmarks/yellowfin_no_tuning.py
 	$(BIN)/python benchmarks/pipelines.py
 	$(BIN)/python benchmarks/train_vs_caffe.py
+	$(BIN)/python benchmarks/lms_tradeoff.py
+
+bench-horovod:
+	$(MAKE) --no-print-directory install VENV=.venv-tf218 TF_SPEC="tensorflow==2.18.1" HOROVOD=1
+	.venv-tf218/bin/python benchmarks/allreduce_overhead.py
 
 # protoc 25 (grpcio-tools 1.62.3) writes gencode without a runtime version
 # check, which loads under protobuf 4.x to 7.x: every TensorFlow we support.

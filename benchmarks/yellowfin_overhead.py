@@ -21,24 +21,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_caffe  # noqa: E402
-
-
-def resnet20():
-    inputs = keras.Input((32, 32, 3))
-    x = keras.layers.Conv2D(16, 3, padding="same", use_bias=False)(inputs)
-    x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
-    for stage, width in enumerate((16, 32, 64)):
-        for block in range(3):
-            stride = 2 if stage > 0 and block == 0 else 1
-            y = keras.layers.Conv2D(width, 3, stride, padding="same", use_bias=False)(x)
-            y = keras.layers.ReLU()(keras.layers.BatchNormalization()(y))
-            y = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(y)
-            y = keras.layers.BatchNormalization()(y)
-            if stride != 1 or x.shape[-1] != width:
-                x = keras.layers.Conv2D(width, 1, stride, use_bias=False)(x)
-            x = keras.layers.ReLU()(keras.layers.Add()([x, y]))
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, keras.layers.Dense(10)(x))
+from bench_nets import resnet20  # noqa: E402
 
 
 def main():

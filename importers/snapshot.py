@@ -97,6 +97,7 @@ def save_snapshot(model, optimizer, prefix, iteration=None, *, format="keras", s
     owner = "save_snapshot"
     _check_format(owner, format)
     state_json = encode_state(owner, state)
+    optimizer = _unwrapped(optimizer)
     _ensure_built(model, optimizer)
     current = int(optimizer.iterations)
     iteration = current if iteration is None else check_int(owner, "iteration", iteration)
@@ -113,6 +114,14 @@ def save_snapshot(model, optimizer, prefix, iteration=None, *, format="keras", s
                              iteration=iteration, state_json=state_json,
                              hdf5=format == "caffe_hdf5")
     return SnapshotFiles(weights, solverstate, iteration, format)
+
+
+def _unwrapped(optimizer):
+    """The optimizer a snapshot stores: a ``DistributedOptimizer``'s inner
+    one, so snapshots from ``horovodrun`` load in a single process."""
+    from keras_caffe.distributed.optimizer import DistributedOptimizer
+
+    return optimizer.inner_optimizer if isinstance(optimizer, DistributedOptimizer) else optimizer
 
 
 def load_snapshot(solverstate_path, model, optimizer):
@@ -134,6 +143,7 @@ def load_snapshot(solverstate_path, model, optimizer):
     path = os.fspath(solverstate_path)
     if not os.path.isfile(path):
         raise SnapshotError(path, "no such solverstate file")
+    optimizer = _unwrapped(optimizer)
     _ensure_built(model, optimizer)
     if not is_hdf5(path):
         return snapshot_caffe.load(path, model, optimizer)

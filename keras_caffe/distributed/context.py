@@ -59,6 +59,8 @@ def init(seed=None, gpus="one_per_local_rank"):
     import keras
     import tensorflow as tf
 
+    if gpus not in ("one_per_local_rank", None):
+        raise DistributedError(f"init: `gpus` must be 'one_per_local_rank' or None, got {gpus!r}")
     hvd = horovod()
     hvd.init()
     if gpus == "one_per_local_rank":
@@ -73,8 +75,6 @@ def init(seed=None, gpus="one_per_local_rank"):
                 raise DistributedError(
                     "keras_caffe.distributed.init() must run before TensorFlow initializes "
                     f"its devices (call it first in the script): {err}") from None
-    elif gpus is not None:
-        raise DistributedError(f"init: `gpus` must be 'one_per_local_rank' or None, got {gpus!r}")
     if seed is not None:
         keras.utils.set_random_seed(int(seed) + RANK_SEED_STRIDE * hvd.rank())
     return worker(seed)

@@ -107,6 +107,11 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
     def inner_optimizer(self):
         return self._inner.value
 
+    def __dir__(self):
+        # Keras's saving walk visits what dir() lists: hiding the property
+        # keeps the inner optimizer's variables saved once, as ``variables``.
+        return [name for name in super().__dir__() if name != "inner_optimizer"]
+
     def __getattr__(self, name):
         # Only reached when normal lookup fails: YellowFin's tuned values,
         # the Caffe solvers' rate_at, caffe_type, ...

@@ -57,12 +57,12 @@ class ScaledLearningRate(keras.optimizers.schedules.LearningRateSchedule):
         return ops.convert_to_tensor(self.base, "float32")
 
     def __call__(self, step):
-        step = ops.cast(step, "float32")
+        base = self._base(step)  # the base schedule sees the step as given (Caffe: float64)
         if self.warmup_steps:
-            ramp = ops.minimum(1.0, step / float(self.warmup_steps))
+            ramp = ops.minimum(1.0, ops.cast(step, "float32") / float(self.warmup_steps))
         else:
             ramp = ops.convert_to_tensor(1.0, "float32")
-        return self._base(step) * (1.0 + (self.workers - 1) * ramp)
+        return base * (1.0 + (self.workers - 1) * ramp)
 
     def rate_at(self, iteration):
         """The rate at ``iteration`` as a Python float (for logs)."""

@@ -12,6 +12,7 @@ and got back; the model and optimizer state before and after
 - ``MetricAverage.on_epoch_end`` on rank-dependent logs.
 - ``broadcast_state`` of a model (Conv, Dropout, Dense) whose weights,
   optimizer slots and iteration differ per rank.
+- ``model.save`` / ``load_model`` of that model under Horovod (2 workers).
 """
 
 import collections
@@ -131,6 +132,19 @@ kd.broadcast_state(model)
 for key, value in state().items():
     arrays[f"after/{key}"] = value
 report["seed_variables"] = [v.path for v in seed_variables(model)]
+
+# -- saving and loading under Horovod: the wrapper comes back around the inner optimizer --
+os.makedirs(out, exist_ok=True)
+path = os.path.join(out, f"model_rank{rank}.keras")
+model.save(path)
+loaded = keras.models.load_model(path)
+report["loaded"] = {
+    "type": type(loaded.optimizer).__name__,
+    "inner": type(getattr(loaded.optimizer, "inner_optimizer", None)).__name__,
+    "equal": all(np.array_equal(a.numpy(), b.numpy())
+                 for a, b in zip(loaded.optimizer.variables, inner.variables))
+    and len(loaded.optimizer.variables) == len(inner.variables),
+}
 
 os.makedirs(out, exist_ok=True)
 np.savez(os.path.join(out, f"rank{rank}.npz"), **arrays)

@@ -113,3 +113,10 @@ def test_broadcast_state_copies_rank_0_and_offsets_the_seeds(ranks):
     assert sorted(set(keys) - set(differed)) == [k for k in keys if k.endswith("learning_rate")]
     iteration = next(k for k in keys if k.endswith("/iteration"))
     assert int(a1[f"after/{iteration}"]) == 3 and int(a1[f"before/{iteration}"]) == 8
+
+
+def test_load_under_horovod_wraps_the_inner_optimizer_again(ranks):
+    """With more than one worker, DistributedOptimizer.from_config wraps the
+    loaded inner optimizer again, and its state loads into it."""
+    for report, _ in ranks:
+        assert report["loaded"] == {"type": "DistributedOptimizer", "inner": "SGD", "equal": True}

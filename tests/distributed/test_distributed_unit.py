@@ -503,3 +503,23 @@ def test_other_ranks_write_nothing(tmp_path, monkeypatch):
     log, files = fit_with_writers(tmp_path)
     assert log == "" and files == []
     assert not (tmp_path / "snaps").exists()
+
+
+def test_loss_scaling_outside_the_all_reduce_is_refused():
+    """Under mixed_float16 Keras wraps the compiled optimizer in a
+    LossScaleOptimizer; around a DistributedOptimizer its overflow check would
+    see each worker's own gradients, so BroadcastGlobalState refuses it."""
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    model = small_model()
+    model.compile(optimizer=kd.DistributedOptimizer(keras_caffe.SGD(0.1)), loss="mse")
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    with pytest.raises(DistributedError, match=r"^the model's optimizer is LossScaleOptimizer\("
+                                               r"DistributedOptimizer\(\.\.\.\)\) .*compile with "
+                                               r"optimizer=DistributedOptimizer\(keras\.optimizers"
+                                               r"\.LossScaleOptimizer\(opt\)\) and "
+                                               r"auto_scale_loss=False$"):
+        BroadcastGlobalState().set_model(model)
+    fine = small_model()
+    fine.compile(optimizer=kd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(
+        keras_caffe.SGD(0.1))), loss="mse", auto_scale_loss=False)
+    BroadcastGlobalState().set_model(fine)  # the recommended order passes

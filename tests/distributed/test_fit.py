@@ -154,12 +154,13 @@ def test_killed_worker_stops_the_others_and_keeps_the_last_snapshot(tmp_path):
     check(python(["-c", (
         "import sys, keras, keras_caffe\n"
         "from keras_caffe.importers.snapshot import latest_snapshot, load_snapshot\n"
-        "path = latest_snapshot(sys.argv[1])\n"
-        "assert path.endswith('snap_iter_10.solverstate'), path\n"
+        "found = latest_snapshot(sys.argv[1])\n"
+        "assert found.iteration == 10 and found.solverstate.endswith('snap_iter_10.solverstate')\n"
+        "path = found.solverstate\n"
         "m = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, "
         "activation='relu'), keras.layers.Flatten(), keras.layers.Dense(2)])\n"
         "opt = keras_caffe.SGD(0.05, momentum=0.9, weight_decay=5e-4)\n"
         "m.compile(optimizer=opt, loss='mse')\n"
         "opt.build(m.trainable_variables)\n"
         "load_snapshot(path, m, opt)\n"
-        "assert int(opt.iterations.numpy()) == 10\n"), out / "snap"]))
+        "assert int(opt.iterations.numpy()) == 10\n"), out / "snap"], cwd=tmp_path))
