@@ -523,3 +523,21 @@ def test_loss_scaling_outside_the_all_reduce_is_refused():
     fine.compile(optimizer=kd.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(
         keras_caffe.SGD(0.1))), loss="mse", auto_scale_loss=False)
     BroadcastGlobalState().set_model(fine)  # the recommended order passes
+
+
+def test_cli_train_under_horovodrun_without_horovod_says_how_to_install(tmp_path):
+    """``keras-caffe train`` started by horovodrun (its environment variables
+    set) where Horovod cannot be imported: exit 1 and one error line."""
+    from hvd_support import python
+
+    from keras_caffe.distributed._hvd import INSTALL_HINT
+
+    blocker = tmp_path / "blocked" / "horovod"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text('raise ImportError("horovod blocked by the test")\n')
+    result = python(["-m", "keras_caffe.cli", "train", "--solver", tmp_path / "solver.prototxt"],
+                    cwd=tmp_path, env={"PYTHONPATH": blocker.parent, "HOROVOD_RANK": 0,
+                                       "HOROVOD_SIZE": 2})
+    assert result.returncode == 1, result.stdout[-3000:]
+    lines = [line for line in result.stdout.splitlines() if "Horovod" in line]
+    assert lines == [f"keras-caffe: error: {INSTALL_HINT} (horovod blocked by the test)"]
