@@ -12,6 +12,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,20 +45,26 @@ def environment(**extra):
     return env
 
 
+def _cwd(cwd):
+    """A child's working directory: never the repository root, where ``-c``
+    and ``-m`` would import the source tree instead of the installed wheel."""
+    return cwd if cwd is not None else tempfile.gettempdir()
+
+
 def horovodrun(args, np=2, timeout=240, env=None, cwd=None):
     """``horovodrun -np {np}`` running ``python args...``; returns the
     CompletedProcess (stdout and stderr merged into ``.stdout``)."""
     command = [horovodrun_exe(), "-np", str(np), "-H", f"localhost:{np}", "--gloo",
                sys.executable, *map(str, args)]
     return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, env=environment(**(env or {})), cwd=cwd)
+                          timeout=timeout, env=environment(**(env or {})), cwd=_cwd(cwd))
 
 
 def python(args, timeout=240, env=None, cwd=None):
     """``python args...`` in a fresh process (no Horovod launcher)."""
     return subprocess.run([sys.executable, *map(str, args)], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                          env=environment(**(env or {})), cwd=cwd)
+                          env=environment(**(env or {})), cwd=_cwd(cwd))
 
 
 def check(result):
