@@ -4,11 +4,10 @@ import contextlib
 import os
 
 import keras
-import numpy as np
 
 from keras_caffe._checks import check_int
-from keras_caffe.distributed.state import seed_variables
 from keras_caffe.errors import ArgumentError
+from keras_caffe.random_state import random_states, restore_random_states
 from keras_caffe.importers.snapshot import (FORMATS, SnapshotError, load_snapshot,
                                             save_snapshot)
 
@@ -140,13 +139,5 @@ def restore_snapshot(model, solverstate_path):
     state = load_snapshot(solverstate_path, model, optimizer)
     stored = state.get("rng") if isinstance(state, dict) else None
     if isinstance(stored, dict):
-        variables = {v.path: v for v in seed_variables(model)}
-        for path, value in stored.items():
-            if path in variables:
-                variables[path].assign(np.asarray(value, variables[path].dtype))
+        restore_random_states(model, stored)
     return state
-
-
-def random_states(model):
-    """``{path: [seed, counter]}`` of the model's Keras random generators."""
-    return {v.path: np.asarray(v.numpy()).tolist() for v in seed_variables(model)}

@@ -88,7 +88,8 @@ def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, n
     if shard_index is None and num_shards is None:  # this worker's share under Horovod
         from keras_caffe.distributed.context import worker
 
-        shard_index, num_shards = worker().rank, worker().size
+        me = worker()
+        shard_index, num_shards = me.rank, me.size
     else:
         shard_index = 0 if shard_index is None else shard_index
         num_shards = 1 if num_shards is None else num_shards

@@ -52,6 +52,7 @@ import keras
 
 from keras_caffe._checks import check_number
 from keras_caffe.errors import ArgumentError, KerasCaffeError
+from keras_caffe.importers.analyze.shapes_data import SOURCE_DATA_TYPES
 from keras_caffe.lms_exec import (
     LOG,
     Runner,
@@ -64,8 +65,6 @@ from keras_caffe.lms_exec import (
 from keras_caffe.lms_graph import Block, check_hard_limit, fmt_bytes, model_graph, plan
 
 _MECHANISMS = ("auto", "remat", "stage")
-_DATA_TYPES = ("Data", "ImageData", "HDF5Data", "WindowData", "AnnotatedData", "VideoData",
-               "Input", "DummyData", "MemoryData")
 _local = threading.local()
 #: sub-models LMS builds itself (never planned again)
 _OWN = weakref.WeakSet()
@@ -364,7 +363,7 @@ def caffe_net_info(imported, phase, level, stages, data_format):
     inputs = {t.name: tuple(t.shape[1:]) for t in keras.tree.flatten(imported.model.inputs)}
     shapes = {}
     for layer in imported.net.layer:
-        if layer.type not in _DATA_TYPES[:6]:
+        if layer.type not in SOURCE_DATA_TYPES:
             continue
         for top in layer.top:
             shape = inputs.get(top, ())

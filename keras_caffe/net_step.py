@@ -92,27 +92,26 @@ def train_function(outputs, optimizer, iter_size, jit_compile, reduce=None):
     variables = model.trainable_variables
     count = len(outputs.entries)
 
-    if reduce is None:
+    def gradients(batch):
+        with tf.GradientTape() as tape:
+            loss, values = outputs(batch, training=True)
+        return loss, tf.stack(values), tape.gradient(loss, variables)
+
+    if reduce is None:  # one compiled function: forward, backward, update
         @tf.function(jit_compile=jit_compile)
         def one_pass(batch):
-            with tf.GradientTape() as tape:
-                loss, values = outputs(batch, training=True)
-            grads = tape.gradient(loss, variables)
+            loss, values, grads = gradients(batch)
             optimizer.apply(grads, variables)
-            return loss, tf.stack(values)
-    else:
-        @tf.function(jit_compile=jit_compile)
-        def gradients(batch):
-            with tf.GradientTape() as tape:
-                loss, values = outputs(batch, training=True)
-            return loss, tf.stack(values), tape.gradient(loss, variables)
+            return loss, values
+    else:  # the all-reduce between two compiled functions
+        compiled_gradients = tf.function(gradients, jit_compile=jit_compile)
 
         @tf.function(jit_compile=jit_compile)
         def update(grads):
             optimizer.apply(grads, variables)
 
         def one_pass(batch):
-            loss, values, grads = gradients(batch)
+            loss, values, grads = compiled_gradients(batch)
             update(reduce(grads))
             return loss, values
 

@@ -37,7 +37,6 @@ import os
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
@@ -46,6 +45,7 @@ from keras_caffe.errors import KerasCaffeError, SolverError
 from keras_caffe.importers.data_errors import pipeline_errors
 from keras_caffe.net_step import NetOutputs, resolve_jit, test_function, train_function
 from keras_caffe.proto import caffe_pb2
+from keras_caffe.random_state import random_states, restore_random_states
 
 _FORMATS = {caffe_pb2.SolverParameter.BINARYPROTO: "caffe", caffe_pb2.SolverParameter.HDF5: "caffe_hdf5"}
 _LOGS = ("caffe", "progress", None)
@@ -329,10 +329,7 @@ class Solver:
                 self._train_pipe = self._pipeline(self._train, "TRAIN", self._shard)
                 self._test_pipes = [self._pipeline(t, "TEST", (0, 1)) for t in self._tests]
             self._tests_done = state["tests_done"]
-            for path_, value in state.get("rng", {}).items():
-                variable = self._rng_variables().get(path_)
-                if variable is not None:
-                    variable.assign(np.asarray(value, variable.dtype))
+            restore_random_states(self.net, state.get("rng", {}))
             self._open_streams(state["train_batches"], state["test_batches"])
         else:  # Caffe's own snapshot: positions follow from the iteration
             p = self.param
@@ -353,15 +350,8 @@ class Solver:
             "version": _STATE_VERSION, "seed": self.seed, "net": self.net.name,
             "train_batches": self.iter * self.param.iter_size,
             "tests_done": self._tests_done, "test_batches": list(self._test_batches),
-            "rng": {path: np.asarray(v.numpy()).tolist()
-                    for path, v in self._rng_variables().items()},
+            "rng": random_states(self.net),
         }
-
-    def _rng_variables(self):
-        """The model's random-generator states (Dropout's seed generators):
-        variables that are not weights."""
-        weights = {id(v) for v in self.net.weights}
-        return {v.path: v for v in self.net.variables if id(v) not in weights}
 
     # -- building ------------------------------------------------------------------
 

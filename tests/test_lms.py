@@ -75,17 +75,20 @@ def test_import_model_refuses_something_else(golden):
         keras_caffe.import_model(str(golden / CIFAR), lms=1000)
 
 
+class SubclassedNet(keras.Model):
+    """A subclassed model: no functional graph for LMS to plan."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.dense(x)
+
+
 def test_subclassed_model_is_refused():
-    class Net(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.dense = keras.layers.Dense(3)
-
-        def call(self, x):
-            return self.dense(x)
-
     with pytest.raises(ArgumentError, match="has no functional graph"):
-        LMS(0).apply(Net())
+        LMS(0).apply(SubclassedNet())
 
 
 def test_shared_layer_is_refused():
@@ -252,17 +255,9 @@ def test_context_manager_reaches_import_model(golden):
 
 
 def test_context_manager_warns_for_a_subclassed_model(caplog):
-    class Net(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.dense = keras.layers.Dense(3)
-
-        def call(self, x):
-            return self.dense(x)
-
     with caplog.at_level(logging.WARNING, logger="keras_caffe.lms"):
         with LMS(0):
-            net = Net()
+            net = SubclassedNet()
     assert "call" not in vars(net)
     assert "LMS not applied to" in caplog.text and "no functional graph" in caplog.text
 

@@ -3,6 +3,10 @@
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.analyze.shapes import _rule
 
+#: Data layers whose top shapes come from their source, not the prototxt:
+#: ``analyze`` takes them from ``input_shapes``.
+SOURCE_DATA_TYPES = ("Data", "ImageData", "HDF5Data", "WindowData", "AnnotatedData", "VideoData")
+
 
 @_rule("Input")
 def _input(layer, bottoms, state):
@@ -48,6 +52,6 @@ def _memory_data(layer, bottoms, state):
             for i, top in enumerate(layer.top)], [], 0
 
 
-@_rule("Data", "ImageData", "HDF5Data", "WindowData", "AnnotatedData", "VideoData")
+@_rule(*SOURCE_DATA_TYPES)
 def _data(layer, bottoms, state):
     return [state.input_shape(layer, top, None) for top in layer.top], [], 0

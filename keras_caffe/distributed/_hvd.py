@@ -34,3 +34,18 @@ def loaded():
         return hvd if hvd.is_initialized() else None
     except Exception:  # noqa: BLE001 - a half-imported Horovod counts as absent
         return None
+
+
+def initialized(owner=None):
+    """``horovod.tensorflow``, initialized; else ``HorovodUnavailableError``
+    (not installed) or ``DistributedError`` (``init()`` not called), the
+    latter's message prefixed with ``owner``."""
+    hvd = loaded()
+    if hvd is None:
+        horovod()
+        from keras_caffe.errors import DistributedError
+
+        prefix = f"{owner}: " if owner else ""
+        raise DistributedError(f"{prefix}Horovod is not initialized: call "
+                               "keras_caffe.distributed.init() first")
+    return hvd

@@ -44,8 +44,8 @@ on skipping a step and wait for each other forever).
 import keras
 import tensorflow as tf
 
-from keras_caffe.distributed._hvd import horovod, loaded
-from keras_caffe.errors import ArgumentError, DistributedError
+from keras_caffe.distributed._hvd import initialized, loaded
+from keras_caffe.errors import ArgumentError
 
 _OPS = ("average", "sum")
 _COMPRESSIONS = (None, "none", "fp16")
@@ -164,11 +164,7 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         """The workers' ``grads`` averaged (or summed): a list like ``grads``,
         None entries kept. One worker: returned unchanged."""
         grads = list(grads)
-        hvd = loaded()
-        if hvd is None:
-            horovod()  # HorovodUnavailableError (how to install) if missing
-            raise DistributedError("DistributedOptimizer: Horovod is not initialized: call "
-                                   "keras_caffe.distributed.init() first")
+        hvd = initialized("DistributedOptimizer")
         if hvd.size() == 1:
             return grads
         present = [i for i, g in enumerate(grads) if g is not None]

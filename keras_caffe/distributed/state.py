@@ -16,12 +16,10 @@ makes a resumed run continue exactly.
 import numpy as np
 import tensorflow as tf
 
-from keras_caffe.distributed._hvd import horovod, loaded
+from keras_caffe.distributed._hvd import initialized, loaded
 from keras_caffe.distributed.context import RANK_SEED_STRIDE
 from keras_caffe.errors import DistributedError
-
-_SEED_STATE = "seed_generator_state"
-
+from keras_caffe.random_state import seed_variables
 
 def model_state(model, optimizer=None):
     """``[(label, variable)]``: the model's variables (weights, statistics,
@@ -42,7 +40,7 @@ def _signature(items):
 def check_same_state(items, what="model"):
     """Raise ``DistributedError`` on every worker if any worker's variables
     differ from rank 0's (count, path, shape or dtype)."""
-    hvd = _initialized()
+    hvd = initialized()
     everyone = hvd.allgather_object(_signature(items))
     reference = everyone[0]
     for rank, theirs in enumerate(everyone[1:], start=1):
@@ -73,7 +71,7 @@ def broadcast_state(model, optimizer=None, root_rank=0):
 def broadcast_variables(variables, root_rank=0):
     """Assign ``root_rank``'s values to ``variables`` on every worker: one
     broadcast per dtype of all values flattened together."""
-    hvd = _initialized()
+    hvd = initialized()
     by_dtype = {}
     for v in variables:
         by_dtype.setdefault(str(v.dtype), []).append(v)
@@ -93,13 +91,6 @@ def broadcast_object(obj, root_rank=0):
     return hvd.broadcast_object(obj, root_rank)
 
 
-def seed_variables(model):
-    """The model's Keras random-generator states (``SeedGenerator`` variables)."""
-    weights = {id(v) for v in model.weights}
-    return [v for v in model.variables
-            if id(v) not in weights and v.path.rsplit("/", 1)[-1] == _SEED_STATE]
-
-
 def offset_seeds(model, rank=None):
     """Add ``RANK_SEED_STRIDE * rank`` to the seed of each random-generator
     state (after they were made equal to rank 0's)."""
@@ -111,12 +102,3 @@ def offset_seeds(model, rank=None):
         value = np.array(v.numpy())
         value[0] += RANK_SEED_STRIDE * rank
         v.assign(value)
-
-
-def _initialized():
-    hvd = loaded()
-    if hvd is None:
-        horovod()
-        raise DistributedError("Horovod is not initialized: call keras_caffe.distributed.init() "
-                               "first")
-    return hvd

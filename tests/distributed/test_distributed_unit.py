@@ -24,7 +24,8 @@ from keras_caffe.callbacks import BroadcastGlobalState, CaffeLogger, CaffeSnapsh
 from keras_caffe.distributed import context, faults
 from keras_caffe.distributed import data as data_module
 from keras_caffe.distributed._hvd import INSTALL_HINT
-from keras_caffe.distributed.state import offset_seeds, seed_variables
+from keras_caffe.distributed.state import offset_seeds
+from keras_caffe.random_state import seed_variables
 from keras_caffe.errors import ArgumentError, DistributedError
 
 OWNER = "DistributedOptimizer"
