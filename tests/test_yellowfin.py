@@ -4,7 +4,8 @@ on the weights), also on big tensors under XLA (summed in rows), the cubic
 against numpy.roots, the one-pass gradient sums, no parameter-sized copies in
 the compiled update, NaN/inf skipping (with Keras's use_ema too), arguments,
 serialization, save/load resume, model.fit with and without XLA and under
-mixed_float16, Caffe's weight decay and lr_mult, and YellowFinMonitor."""
+mixed_float16, the update compiling itself (or not), Caffe's weight decay and
+lr_mult, and YellowFinMonitor."""
 
 import copy
 import math
@@ -161,7 +162,7 @@ def mlp_gradients(steps=30, seed=0):
 def run_open_loop(start, sequence, config, traced=False, jit_compile=False):
     variables = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
     optimizer = YellowFin(**config)
-    reference = Reference(start, **config)
+    reference = Reference(start, **{k: v for k, v in config.items() if k != "jit_compile"})
     apply = tf.function(lambda grads: optimizer.apply(grads, variables),
                         jit_compile=jit_compile) if traced or jit_compile \
         else (lambda grads: optimizer.apply(grads, variables))
@@ -188,22 +189,30 @@ SMOOTHING = {"unsmoothed": dict(),
                               learning_rate=0.01)}
 
 
+# The update compiled by itself (YellowFin's default), or in plain TensorFlow ops.
+UPDATES = {"xla-update": dict(jit_compile=True), "ops": dict(jit_compile=False)}
+
+
+@pytest.mark.parametrize("update", UPDATES)
 @pytest.mark.parametrize("smoothing", SMOOTHING)
 @pytest.mark.parametrize("clipping", CLIPPING)
-def test_noisy_quadratic_matches_the_equations(clipping, smoothing):
+def test_noisy_quadratic_matches_the_equations(clipping, smoothing, update):
     start, sequence = quadratic_gradients()
-    config = dict(curv_win_width=5, **CLIPPING[clipping], **SMOOTHING[smoothing])
+    config = dict(curv_win_width=5, **CLIPPING[clipping], **SMOOTHING[smoothing],
+                  **UPDATES[update])
     optimizer, _ = run_open_loop(start, sequence, config)
     assert 0.0 < float(optimizer.tuned_momentum) < 1.0
 
 
+@pytest.mark.parametrize("update", UPDATES)
 @pytest.mark.parametrize("smoothing", SMOOTHING)
 @pytest.mark.parametrize("clipping", CLIPPING)
-def test_mlp_gradients_match_the_equations(clipping, smoothing):
+def test_mlp_gradients_match_the_equations(clipping, smoothing, update):
     start, sequence = mlp_gradients()
     clip = dict(CLIPPING[clipping], clip_thresh=20.0) if clipping == "on" else CLIPPING[clipping]
     optimizer, apply = run_open_loop(
-        start, sequence, dict(curv_win_width=8, **clip, **SMOOTHING[smoothing]), traced=True)
+        start, sequence, dict(curv_win_width=8, **clip, **SMOOTHING[smoothing], **UPDATES[update]),
+        traced=True)
     # One traced function of device ops: no host callbacks (py_func) anywhere.
     graph = apply.get_concrete_function(
         [tf.constant(g) for g in sequence[0]]).graph.as_graph_def()
@@ -293,6 +302,53 @@ def test_xla_update_copies_no_parameter_tensor(config):
     assert int(optimizer.iterations) == 1
 
 
+SMALL, HALF_BIG = ((4, 3), (3,)), ((1024, 1024), (1024, 1023), (1024,))
+
+
+@pytest.mark.parametrize("jit_compile, shapes, compiled", [
+    (True, SMALL, True), (False, HALF_BIG, False), ("auto", SMALL, False),
+    ("auto", HALF_BIG, True),  # 2^20 of 2^21 elements in a variable of 2^20
+    ("auto", HALF_BIG[1:], False),  # no variable of 2^20 elements
+])
+def test_update_compiles_itself_in_an_uncompiled_step(jit_compile, shapes, compiled):
+    """In a step that is not compiled (Keras's default on CPU), the whole
+    update is one XLA call or plain ops; the compiled function is traced once
+    and reused."""
+    variables = [keras.Variable(np.ones(s, "float32")) for s in shapes]
+    optimizer = YellowFin(jit_compile=jit_compile)
+    assert optimizer.compiles_update(variables) is compiled
+    step = tf.function(lambda grads: optimizer.apply(grads, variables))
+    grads = [tf.ones(v.shape) for v in variables]
+    graph = step.get_concrete_function(grads).graph.as_graph_def()
+    calls = [n for n in graph.node if "_XlaMustCompile" in n.attr and n.attr["_XlaMustCompile"].b]
+    assert len(calls) == (1 if compiled else 0)
+    outer = {n.op for n in graph.node}
+    assert ("ResourceApplyMomentum" in outer) is not compiled
+    for _ in range(3):
+        step(grads)
+    assert int(optimizer.iterations) == 3
+    assert len(optimizer._compiled_updates) == (1 if compiled else 0)
+
+
+def test_sparse_embedding_gradient_compiled_and_not():
+    """An Embedding's gradient arrives as IndexedSlices: the compiled update
+    densifies it and trains as the plain one does."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 16, (64, 5)), rng.integers(0, 3, 64)
+    weights = {}
+    for jit_compile in (True, False):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(16, 4),
+                                  keras.layers.Flatten(), keras.layers.Dense(3)])
+        model.compile(optimizer=YellowFin(jit_compile=jit_compile, sparsity_debias=True),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+        assert int(model.optimizer.iterations) == 8
+        weights[jit_compile] = model.get_weights()
+    for compiled, plain in zip(weights[True], weights[False]):
+        np.testing.assert_allclose(compiled, plain, rtol=1e-5, atol=1e-7)
+
+
 # -- the cubic ----------------------------------------------------------------------------
 
 
@@ -324,14 +380,17 @@ def test_cubic_matches_numpy_roots():
 
 
 @pytest.mark.parametrize("bad, mode", [(np.nan, "eager"), (np.inf, "graph"), (np.nan, "xla"),
-                                       (3e19, "graph")])  # 3e19: ||g||^2 overflows float32
+                                       (3e19, "graph"),  # 3e19: ||g||^2 overflows float32
+                                       (np.inf, "ops-eager"), (3e19, "ops-graph")])
 def test_non_finite_gradient_skips_the_step(bad, mode):
+    """Modes: where the step runs (the update compiles itself), or "ops-": the
+    update in plain TensorFlow ops (``jit_compile=False``)."""
     start, sequence = quadratic_gradients(steps=8)
     variables = [keras.Variable(w) for w in start]
-    optimizer = YellowFin(curv_win_width=3)
+    optimizer = YellowFin(curv_win_width=3, jit_compile=not mode.startswith("ops-"))
     optimizer.build(variables)
     apply = lambda grads: optimizer.apply(grads, variables)  # noqa: E731
-    if mode != "eager":
+    if not mode.endswith("eager"):
         apply = tf.function(apply, jit_compile=mode == "xla")
     for grads in sequence[:4]:
         apply([tf.constant(g) for g in grads])
@@ -394,6 +453,7 @@ def test_ema_weights_start_the_variance_at_zero():
     ("learning_rate", -0.1), ("learning_rate", schedules.Fixed(0.1)), ("momentum", -0.5),
     ("momentum", 1.0), ("lr_factor", -1.0), ("lr_factor", "x"), ("stat_protect_fac", 0.0),
     ("zero_debias", "yes"), ("use_nesterov", 1), ("weight_decay", -1.0), ("clipnorm", 1.0),
+    ("jit_compile", "yes"), ("jit_compile", None),
 ])
 def test_bad_argument_is_refused_with_its_name(argument, value):
     with pytest.raises(ArgumentError) as info:
@@ -426,8 +486,9 @@ def test_config_round_trip():
         use_unsmoothed_lr_mu=False, h_min_log_smooth=False, h_max_log_smooth=False,
         use_adaptive_clip=False, stat_protect_fac=10.0, use_nesterov=True, weight_decay=1e-3,
         regularization_type="L1", clip_gradients=5.0, iter_size=2, lr_mult={"*/bias": 2.0},
-        decay_mult={"*/bias": 0.0})
+        decay_mult={"*/bias": 0.0}, jit_compile=False)
     config = optimizer.get_config()
+    assert config["jit_compile"] is False
     restored = YellowFin.from_config(copy.deepcopy(config))
     assert restored.get_config() == config
     serialized = keras.optimizers.serialize(optimizer)
@@ -468,14 +529,18 @@ FULL = dict(learning_rate=0.05, momentum=0.5, curv_win_width=4, clip_thresh=3.0,
 
 
 def test_fit_graph_and_xla_agree():
+    """A compiled step, an uncompiled one (the update compiles itself) and an
+    update in plain ops (``jit_compile=False``) train alike."""
     init = initial_weights()
-    graph, history = fit(YellowFin(**FULL), 24, init)
+    graph, history = fit(YellowFin(**FULL, jit_compile=True), 24, init)
     xla, _ = fit(YellowFin(**FULL), 24, init, jit_compile=True)
+    ops_only, _ = fit(YellowFin(**FULL, jit_compile=False), 24, init)
     assert int(xla.optimizer.iterations) == 12
     assert np.isfinite(history.history["loss"][0])
-    for name, value in caffe_weights(xla).items():
-        np.testing.assert_allclose(value, caffe_weights(graph)[name], rtol=1e-4, atol=1e-5,
-                                   err_msg=name)
+    for other in (graph, ops_only):
+        for name, value in caffe_weights(xla).items():
+            np.testing.assert_allclose(value, caffe_weights(other)[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
     assert np.abs(caffe_weights(xla)["ip1_w"] - init["ip1_w"]).max() > 1e-3
 
 

@@ -157,7 +157,13 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         if not pairs:
             return super().apply(grads, trainable_variables)  # Keras's error
         grads = [ops.convert_to_tensor(g) for g, _ in pairs]
-        variables = [v for _, v in pairs]
+        return self.caffe_apply(grads, [v for _, v in pairs])
+
+    def caffe_apply(self, grads, variables):
+        """Caffe's pipeline on the gradients of built ``variables`` (no None):
+        ``iter_size`` accumulation, then ``apply_update`` of the processed
+        gradients on every ``iter_size``-th call. A subclass may run it
+        elsewhere (YellowFin compiles it with XLA)."""
         if self.iter_size == 1:
             return self.apply_update(self.caffe_gradients(grads, variables), variables)
         sums = [self.slot(self._accumulators, v) for v in variables]
