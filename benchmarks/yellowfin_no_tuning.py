@@ -1,6 +1,6 @@
 """YellowFin's "no tuning" claim: the table for the issue note.
 
-    python benchmarks/yellowfin_no_tuning.py [--steps 300] [--batch 32] [--samples 2048]
+    python benchmarks/yellowfin_no_tuning.py [--steps 1000] [--batch 32] [--samples N]
                                              [--seeds 0] [--tasks cnn lstm]
                                              [--yf lr_factor=2 ...]
 
@@ -102,9 +102,11 @@ def option_value(parser, item, text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="steps per run (multiple of 10)")
+    parser.add_argument("--steps", type=int, default=experiment.STEPS,
+                        help="steps per run (multiple of 10)")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--samples", type=int, default=2048, help="training set size")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="training set size (default: steps x batch, one pass)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0],
                         help="data, initialisation and batch-order seeds")
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))

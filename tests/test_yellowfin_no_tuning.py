@@ -1,16 +1,15 @@
 """YellowFin's "no tuning" claim (issue 4), at the default size of
 tests/yellowfin_tasks.py: on a small CNN and a small LSTM, YellowFin() with its
-defaults reaches, in the same 300 steps of 32, a training loss (mean of the
-last 30 steps) within 10% of the best of momentum SGD (mu 0.9, lr 0.001, 0.01,
-0.1, 1) and within 10% of the best of Adam (lr 1e-4, 1e-3, 1e-2).
+defaults reaches, in the same 1000 steps of 32 (one pass over fresh data), a
+training loss (mean of the last 100 steps) within 10% of the best of momentum
+SGD (mu 0.9, lr 0.001, 0.01, 0.1, 1) and within 10% of the best of Adam (lr
+1e-4, 1e-3, 1e-2), on each of three seeds.
 
-Measured here (2-core CPU, XLA; benchmarks/yellowfin_no_tuning.py prints the
-table): the claim holds on the LSTM against both families and on the CNN
-against Adam. On the CNN against momentum SGD it depends on the seed and even
-on the TensorFlow version: with seed 0, SGD at lr 0.1 beats YellowFin by about
-20% on TF 2.21 (0.265 against 0.32) but not on TF 2.18; seeds 1 and 2 hold on
-both. So that case is judged over seeds 0-2 and must hold on at least two of
-them; at 1000 steps it fails on two (reported in the README and issue note).
+Measured here (2-core CPU, TF 2.21, XLA; benchmarks/yellowfin_no_tuning.py
+prints the tables), seeds 0-9: CNN, YellowFin / best SGD 0.75-0.98 and / best
+Adam 0.67-0.90; LSTM, 1.009-1.016 and 1.025-1.030. The earlier design (2048
+samples repeated, 300 steps) failed on the CNN against SGD on some seeds (1.22
+at seed 0): see yellowfin_tasks.py for why it was a poor measure.
 """
 
 import math
@@ -50,19 +49,12 @@ def ratio_line(name, seed, family):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, family", [("cnn", "Adam"), ("lstm", "SGD"), ("lstm", "Adam")])
-def test_yellowfin_defaults_within_10_percent_of_best(name, family):
-    ratio, report = ratio_line(name, 0, family)
-    assert ratio <= experiment.TOLERANCE, report
-
-
-@pytest.mark.slow
-def test_cnn_against_tuned_sgd_holds_on_most_seeds():
-    """Seed 0 alone is a coin flip across TensorFlow versions (1.22 on 2.21,
-    within 1.1 on 2.18); two of three seeds must hold."""
-    lines = [ratio_line("cnn", seed, "SGD") for seed in (0, 1, 2)]
-    holding = sum(ratio <= experiment.TOLERANCE for ratio, _ in lines)
-    assert holding >= 2, "\n".join(report for _, report in lines)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_yellowfin_defaults_within_10_percent_of_best(name, seed):
+    for family in ("SGD", "Adam"):
+        ratio, report = ratio_line(name, seed, family)
+        assert ratio <= experiment.TOLERANCE, report
 
 
 @pytest.mark.slow

@@ -20,6 +20,14 @@ its defaults reaches a training loss within 10% of the best of momentum SGD
   ``restart`` puts weights and optimizer state back to step 0 between rates
   (the test checks that this equals a new optimizer to the bit).
 - A run whose loss ends NaN or inf has diverged; it cannot be a family's best.
+- One pass over fresh data: by default a task draws ``steps x batch`` samples,
+  so no batch is seen twice and the training loss estimates the expected
+  loss. (With 2048 samples seen 16 times, every good run memorised them and
+  the claim compared ratios of losses near 0, 0.04 against 0.07: who
+  memorises faster, not who learns the structure better.)
+- 1000 steps: YellowFin's slow start (its rate times (t + 1) / 200 for the
+  first 200 updates, the authors' default) is a fifth of a run, not the two
+  thirds it is of 300 steps.
 
 Tasks (the data is seeded; its structure is what has to be learned):
 
@@ -53,6 +61,7 @@ SGD_MOMENTUM = 0.9
 ADAM_RATES = (1e-4, 1e-3, 1e-2)
 FAMILIES = ("SGD", "Adam", "YellowFin")
 TOLERANCE = 1.1  # "within 10%": yf <= 1.1 * best
+STEPS = 1000  # per run: the slow start (10 x curv_win_width = 200 updates) is a fifth
 WINDOWS = 10  # fit epochs per run; the last one is the measured tenth
 STEPS_PER_EXECUTION = 10  # fewer Python round trips; the numbers are the same as with 1
 
@@ -159,13 +168,15 @@ class Task:
             self.batch, drop_remainder=True)
 
 
-def cnn_task(steps=300, batch=32, samples=2048, size=16, seed=0):
+def cnn_task(steps=STEPS, batch=32, samples=None, size=16, seed=0):
+    samples = samples or steps * batch
     x, y = gabor_images(samples, size=size, seed=seed)
     return Task("cnn", f"small CNN, {samples} Gabor images {size}x{size}, 8 classes",
                 x, y, lambda: small_cnn(size), steps, batch, seed=seed)
 
 
-def lstm_task(steps=300, batch=32, samples=2048, length=24, seed=0):
+def lstm_task(steps=STEPS, batch=32, samples=None, length=24, seed=0):
+    samples = samples or steps * batch
     x, y, floor = markov_sequences(samples, length=length, seed=seed)
     return Task("lstm", f"small LSTM, {samples} order-2 Markov sequences of {length} tokens",
                 x, y, lambda: small_lstm(length=length - 1), steps, batch, floor, seed=seed)

@@ -78,9 +78,12 @@ class YellowFin(CaffeOptimizer):
     ``avg(g)`` for ``||g||^2`` and ``||g - avg(g)||^2``, which mu and the rate
     of this very step need; the second writes ``avg(g)``, ``v`` and ``w``. In
     float32 that is 36 bytes of memory traffic per parameter against momentum
-    SGD's 20, so a memory-bound update takes about 1.8x as long
-    (``benchmarks/optimizer_step.py``); in a whole training step the update is
-    a small part (``benchmarks/yellowfin_overhead.py``).
+    SGD's 20, so where both updates are compiled a memory-bound one takes
+    about 1.8x as long. In a step that is not compiled (Keras's default on
+    CPU) the update compiles itself (``jit_compile``) while Keras's SGD runs
+    op by op: about 1.05x on 27M parameters (``benchmarks/optimizer_step.py``).
+    In a whole training step the update is a small part
+    (``benchmarks/yellowfin_overhead.py``).
 
     Args:
         learning_rate, momentum: used for the first update only (a number;
