@@ -83,19 +83,20 @@ def time_steps(step, variables, steps):
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def measure(_label, ours_factory, theirs_factory, jit, args, rng):
-    """Median ms per update of ours and Keras's, ABBA over ``args.repeats``."""
-    timings, steps = {}, {}
+def measure(ours_factory, theirs_factory, jit, steps, repeats, rng):
+    """Median ms per update of ours and Keras's (``steps`` updates a window,
+    ABBA over ``repeats``) and the median ratio of adjacent windows."""
+    timings, made = {}, {}
     for name, factory in (("ours", ours_factory), ("keras", theirs_factory)):
         variables = [keras.Variable(rng.randn(*s).astype("float32") * 0.01) for s in SHAPES]
         grads = [tf.constant(rng.randn(*s).astype("float32") * 1e-3) for s in SHAPES]
-        steps[name] = (make_step(factory(), variables, grads, jit), variables)
-        time_steps(*steps[name], steps=3)  # compile and warm up
+        made[name] = (make_step(factory(), variables, grads, jit), variables)
+        time_steps(*made[name], steps=3)  # compile and warm up
         timings[name] = []
-    for repeat in range(args.repeats):
+    for repeat in range(repeats):
         order = ("ours", "keras") if repeat % 2 == 0 else ("keras", "ours")  # ABBA
         for name in order:
-            timings[name].append(time_steps(*steps[name], steps=args.steps))
+            timings[name].append(time_steps(*made[name], steps=steps))
     # Adjacent windows pair up (A B | B A): the median of the pairs' ratios
     # cancels the machine's slow drift.
     paired = statistics.median(a / b for a, b in zip(timings["ours"], timings["keras"]))
@@ -128,7 +129,8 @@ def main():
         for label, ours_factory, theirs_factory in PAIRS:
             if args.only and args.only.lower() not in label.lower():
                 continue
-            ours, theirs, paired = measure(label, ours_factory, theirs_factory, jit, args, rng)
+            ours, theirs, paired = measure(ours_factory, theirs_factory, jit, args.steps,
+                                           args.repeats, rng)
             table.add_row(label, "on" if jit else "off", f"{ours:.2f}", f"{theirs:.2f}",
                           f"{ours / theirs:.3f}", f"{paired:.3f}")
     console.print(table)

@@ -1,16 +1,16 @@
-"""YellowFin's cost in a whole training step: ResNet-20 (CIFAR-sized).
+"""YellowFin's cost over momentum SGD: a 27M-parameter update and a ResNet-20 step.
 
     python benchmarks/yellowfin_overhead.py [--batch 32] [--steps 10] [--repeats 16]
                                             [--xla on|off|both] [--update auto|xla|ops]
 
-The same ResNet-20 (He et al. 2016, 3x3 stacks of 16/32/64 filters, 0.27M
+First the update alone on 27M parameters (``optimizer_step.py``'s stack and
+timing; goal <= 1.3), then the same ResNet-20 (He et al. 2016, 3x3 stacks of 16/32/64 filters, 0.27M
 parameters) trained on the same batch with ``keras_caffe.YellowFin()`` and
 with ``keras.optimizers.SGD(momentum=0.9)``, the model compiled with XLA
 (``on``, Keras's "auto" on a GPU) or not (``off``, its default on CPU;
 ``both``, the default, measures each), in one process, alternating A/B/B/A;
 prints the median step times, their ratio and the median ratio of adjacent
-windows (goal <= 1.05). The update-only
-ratio on 27M parameters is in ``optimizer_step.py``.
+windows (goal <= 1.05).
 """
 
 import argparse
@@ -24,6 +24,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_caffe  # noqa: E402
+import optimizer_step  # noqa: E402
 from bench_nets import resnet20  # noqa: E402
 
 
@@ -69,6 +70,13 @@ def main():
     x = rng.randn(args.batch, 32, 32, 3).astype("float32")
     y = rng.randint(0, 10, args.batch)
     for jit in {"on": (True,), "off": (False,), "both": (True, False)}[args.xla]:
+        count = sum(int(np.prod(s)) for s in optimizer_step.SHAPES)
+        ours, theirs, paired = optimizer_step.measure(
+            lambda: keras_caffe.YellowFin(jit_compile=UPDATES[args.update]),
+            lambda: keras.optimizers.SGD(0.01, momentum=0.9), jit, 60, 10, rng)
+        print(f"{count / 1e6:.1f}M-parameter update, XLA {'on' if jit else 'off'}: YellowFin "
+              f"{ours:.2f} ms, SGD momentum 0.9 {theirs:.2f} ms, ratio {ours / theirs:.3f} of "
+              f"the medians, {paired:.3f} paired (goal <= 1.3)")
         times, paired, params = measure(jit, args, x, y)
         print(f"ResNet-20 ({params:,} parameters), batch {args.batch}, "
               f"XLA {'on' if jit else 'off'}, YellowFin(jit_compile={UPDATES[args.update]!r}), "
