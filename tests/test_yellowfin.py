@@ -556,10 +556,13 @@ def test_defaults_train_the_mlp():
     assert int(optimizer.skipped_steps) == 0
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
-def test_mixed_float16(jit_compile):
+@pytest.mark.parametrize("jit_compile, update", [(False, "auto"), (True, "auto"), (False, True)],
+                         ids=["graph", "xla", "graph-xla-update"])
+def test_mixed_float16(jit_compile, update):
+    """Under the LossScaleOptimizer; "graph-xla-update": the compiled update
+    called from the loss scaler's cond in an uncompiled step."""
     init = initial_weights()
-    config = dict(FULL, clip_thresh=None)
+    config = dict(FULL, clip_thresh=None, jit_compile=update)
     reference, _ = fit(YellowFin(**config), 8, init, jit_compile=jit_compile)
     keras.mixed_precision.set_dtype_policy("mixed_float16")
     model, history = fit(YellowFin(**config), 8, init, jit_compile=jit_compile,
