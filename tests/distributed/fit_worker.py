@@ -1,6 +1,6 @@
 """One data-parallel ``model.fit`` run, for tests/distributed (run under horovodrun).
 
-``python fit_worker.py OUT --optimizer sgd|adam|yellowfin [--steps N] [--batch B]
+``python fit_worker.py OUT --optimizer sgd|adam|yellowfin|yellowfin-xla [--steps N] [--batch B]
 [--reference] [--jit] [--no-broadcast] [--dropout] [--save-at K] [--resume PATH]``
 
 Each worker trains a small CNN on its shard of a fixed synthetic data set
@@ -62,6 +62,8 @@ def make_optimizer():
         return keras.optimizers.Adam(1e-3)
     if args.optimizer == "yellowfin":
         return keras_caffe.YellowFin(learning_rate=0.01)
+    if args.optimizer == "yellowfin-xla":  # its update compiled by itself, after the all-reduce
+        return keras_caffe.YellowFin(learning_rate=0.01, jit_compile=True)
     raise SystemExit(f"unknown optimizer {args.optimizer}")
 
 
@@ -102,7 +104,7 @@ class Record(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         opt = self.model.optimizer
         history["loss"].append(float(logs["loss"]))
-        if args.optimizer == "yellowfin" and not args.mixed:
+        if args.optimizer.startswith("yellowfin") and not args.mixed:
             history["lr"].append(float(opt.tuned_learning_rate.numpy()))
             history["mu"].append(float(opt.tuned_momentum.numpy()))
         done = int(opt.iterations.numpy())
