@@ -21,6 +21,7 @@ from keras_caffe.distributed.context import RANK_SEED_STRIDE
 from keras_caffe.errors import DistributedError
 from keras_caffe.random_state import seed_variables
 
+
 def model_state(model, optimizer=None):
     """``[(label, variable)]``: the model's variables (weights, statistics,
     random-generator states) and its optimizer's, in a fixed order."""
