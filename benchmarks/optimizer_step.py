@@ -65,6 +65,16 @@ PAIRS = [
 ]
 
 
+#: --xla: which step modes to measure (True: compiled with XLA).
+XLA_MODES = {"on": (True,), "off": (False,), "both": (True, False)}
+
+
+def paired_median(ours, theirs):
+    """The median ratio of adjacent windows (A B | B A pair up): it cancels the
+    machine's slow drift, which moves both medians alike."""
+    return statistics.median(a / b for a, b in zip(ours, theirs))
+
+
 def make_step(optimizer, variables, grads, jit):
     optimizer.build(variables)
 
@@ -97,21 +107,18 @@ def measure(ours_factory, theirs_factory, jit, steps, repeats, rng):
         order = ("ours", "keras") if repeat % 2 == 0 else ("keras", "ours")  # ABBA
         for name in order:
             timings[name].append(time_steps(*made[name], steps=steps))
-    # Adjacent windows pair up (A B | B A): the median of the pairs' ratios
-    # cancels the machine's slow drift.
-    paired = statistics.median(a / b for a, b in zip(timings["ours"], timings["keras"]))
-    return statistics.median(timings["ours"]), statistics.median(timings["keras"]), paired
+    return (statistics.median(timings["ours"]), statistics.median(timings["keras"]),
+            paired_median(timings["ours"], timings["keras"]))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--xla", choices=("on", "off", "both"), default="both",
+    parser.add_argument("--xla", choices=sorted(XLA_MODES), default="both",
                         help="compile the step with XLA (default: both, one after the other)")
     parser.add_argument("--only", metavar="TEXT", help="only the rows whose label contains TEXT")
     args = parser.parse_args()
-    modes = {"on": (True,), "off": (False,), "both": (True, False)}[args.xla]
 
     rng = np.random.RandomState(0)
     count = sum(int(np.prod(s)) for s in SHAPES)
@@ -125,7 +132,7 @@ def main():
     table = Table(title="optimizer update time (ms per step, median)")
     for column in ("optimizer", "step XLA", "keras-caffe", "Keras", "ratio", "paired ratio"):
         table.add_column(column, justify="right" if column != "optimizer" else "left")
-    for jit in modes:
+    for jit in XLA_MODES[args.xla]:
         for label, ours_factory, theirs_factory in PAIRS:
             if args.only and args.only.lower() not in label.lower():
                 continue

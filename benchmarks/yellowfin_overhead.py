@@ -4,9 +4,10 @@
                                             [--xla on|off|both] [--update auto|xla|ops]
 
 First the update alone on 27M parameters (``optimizer_step.py``'s stack and
-timing; goal <= 1.3), then the same ResNet-20 (He et al. 2016, 3x3 stacks of 16/32/64 filters, 0.27M
-parameters) trained on the same batch with ``keras_caffe.YellowFin()`` and
-with ``keras.optimizers.SGD(momentum=0.9)``, the model compiled with XLA
+timing; goal <= 1.3), then the same ResNet-20 (He et al. 2016, 3x3 stacks of
+16/32/64 filters, 0.27M parameters) trained on the same batch with
+``keras_caffe.YellowFin()`` and with ``keras.optimizers.SGD(momentum=0.9)``,
+the model compiled with XLA
 (``on``, Keras's "auto" on a GPU) or not (``off``, its default on CPU;
 ``both``, the default, measures each), in one process, alternating A/B/B/A;
 prints the median step times, their ratio and the median ratio of adjacent
@@ -49,11 +50,9 @@ def measure(jit, args, x, y):
             for _ in range(args.steps):
                 models[name].train_on_batch(x, y)
             times[name].append((time.perf_counter() - start) / args.steps * 1e3)
-    # Adjacent windows pair up (A B | B A): the median of the pairs' ratios
-    # cancels the machine's slow drift, which moves both medians alike.
-    pairs = [a / b for a, b in zip(times["YellowFin"], times["SGD momentum 0.9"])]
-    return {name: statistics.median(t) for name, t in times.items()}, \
-        statistics.median(pairs), next(iter(models.values())).count_params()
+    return ({name: statistics.median(t) for name, t in times.items()},
+            optimizer_step.paired_median(times["YellowFin"], times["SGD momentum 0.9"]),
+            next(iter(models.values())).count_params())
 
 
 def main():
@@ -61,7 +60,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=16)
-    parser.add_argument("--xla", choices=("on", "off", "both"), default="both",
+    parser.add_argument("--xla", choices=sorted(optimizer_step.XLA_MODES), default="both",
                         help="compile the model with XLA (default: both, one after the other)")
     parser.add_argument("--update", choices=sorted(UPDATES), default="auto",
                         help="YellowFin's jit_compile: auto (default), xla (True), ops (False)")
@@ -69,8 +68,8 @@ def main():
     rng = np.random.RandomState(0)
     x = rng.randn(args.batch, 32, 32, 3).astype("float32")
     y = rng.randint(0, 10, args.batch)
-    for jit in {"on": (True,), "off": (False,), "both": (True, False)}[args.xla]:
-        count = sum(int(np.prod(s)) for s in optimizer_step.SHAPES)
+    count = sum(int(np.prod(s)) for s in optimizer_step.SHAPES)
+    for jit in optimizer_step.XLA_MODES[args.xla]:
         ours, theirs, paired = optimizer_step.measure(
             lambda: keras_caffe.YellowFin(jit_compile=UPDATES[args.update]),
             lambda: keras.optimizers.SGD(0.01, momentum=0.9), jit, 60, 10, rng)
