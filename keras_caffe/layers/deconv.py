@@ -55,9 +55,15 @@ class Deconvolution(ConvolutionParameters):
                      if self.bias_term else None)
 
     def _transposed_conv(self, x, kernel):
-        """Full transposed convolution: (in - 1) * stride + dilated kernel extent."""
-        return ops.conv_transpose(x, kernel, strides=self.stride, padding="valid",
-                                  output_padding=0, dilation_rate=self.dilation)
+        """Full transposed convolution: (in - 1) * stride + dilated kernel extent.
+
+        A dilated kernel is spelled out (zeros between its taps) and run at
+        dilation 1: TensorFlow's Eigen kernels (CPUs without oneDNN) refuse
+        ``Conv2DBackpropInput`` with dilation > 1, and the zeros add exact
+        zeros, so every backend gives the same numbers.
+        """
+        return ops.conv_transpose(x, dilate_kernel(kernel, self.dilation),
+                                  strides=self.stride, padding="valid", output_padding=0)
 
     def _block_diagonal(self):
         """(kh, kw, num_output, in_channels), zero outside each group's block."""
@@ -110,6 +116,27 @@ class Deconvolution(ConvolutionParameters):
 
     def caffe_from_keras_weights(self, weights):
         return [np.ascontiguousarray(weights[0].transpose(3, 2, 0, 1))] + list(weights[1:])
+
+
+def dilate_kernel(kernel, dilation):
+    """``kernel`` (kh, kw, ...) with ``d - 1`` zeros between neighbouring taps
+    along each spatial axis: shape (d_h (kh - 1) + 1, d_w (kw - 1) + 1, ...).
+    Tap ``(i, j)`` lands at ``(i d_h, j d_w)``; the gradient flows back to the
+    taps only."""
+    if all(d == 1 for d in dilation):
+        return kernel
+    kernel = ops.convert_to_tensor(kernel)
+    for axis, d in enumerate(dilation):
+        if d == 1:
+            continue
+        k = kernel.shape[axis]
+        moved = ops.moveaxis(kernel, axis, 0)
+        rest = tuple(moved.shape[1:])
+        padded = ops.concatenate([ops.expand_dims(moved, 1),
+                                  ops.zeros((k, d - 1, *rest), dtype=moved.dtype)], axis=1)
+        spread = ops.reshape(padded, (k * d, *rest))[:(k - 1) * d + 1]
+        kernel = ops.moveaxis(spread, 0, axis)
+    return kernel
 
 
 @register
