@@ -53,6 +53,7 @@ import keras
 from keras_caffe._checks import check_number
 from keras_caffe.errors import ArgumentError, KerasCaffeError
 from keras_caffe.importers.analyze.shapes_data import SOURCE_DATA_TYPES
+from keras_caffe.kernels import onednn_enabled
 from keras_caffe.lms_exec import (
     LOG,
     Runner,
@@ -60,6 +61,7 @@ from keras_caffe.lms_exec import (
     device_memory,
     gpu_rates,
     install,
+    return_freed_blocks,
     uninstall,
 )
 from keras_caffe.lms_graph import Block, check_hard_limit, fmt_bytes, model_graph, plan
@@ -127,7 +129,7 @@ class LMS:
         never chosen). Raises ``ArgumentError`` for a model without a
         functional graph, ``LayerError`` for a layer over the hard limit.
         """
-        graph = model_graph(model)
+        graph = model_graph(model, eigen=compute_device() == "CPU" and not onednn_enabled())
         planner = Planner(self, graph, caffe_net, jit_compile)
         batch = self.batch or graph.batch() or planner.caffe_batch()
         if batch is not None:
@@ -279,6 +281,16 @@ class Planner:
                  node.name, fmt_bytes(need))
         for reason in sorted(self._reasons):
             LOG.info("%s: mechanism: %s", head, reason)
+        if compute_device() == "CPU":
+            freed = return_freed_blocks(lms.threshold_bytes)
+            if freed is not None:
+                LOG.info("%s: allocator: freed blocks of %s or more go back to the system at "
+                         "once (glibc M_MMAP_THRESHOLD), so freed activations are free",
+                         head, fmt_bytes(freed))
+        if graph.eigen:
+            LOG.info("%s: kernels: Eigen (TensorFlow without oneDNN): the largest "
+                     "convolution workspace is %s", head,
+                     fmt_bytes(max(graph.workspace(n, batch) for n in graph.nodes)))
         for b in blocks:
             if b.kind != "plain":
                 LOG.debug("%s: %s %s (%d layers, %s)", head, b.kind, b.names, len(b.nodes),

@@ -11,8 +11,13 @@ import pytest
 import keras_caffe
 from keras_caffe.errors import ArgumentError, LayerError
 from keras_caffe.importers.analyze import analyze
+from keras_caffe.kernels import onednn_enabled
 from keras_caffe.lms import LMS, current, from_cli
 from lms_support import batch_for, conv_stack
+
+#: TensorFlow runs Eigen's CPU kernels in this process (no oneDNN): their
+#: forward convolutions hold an im2col workspace that the hard limit counts
+EIGEN = not onednn_enabled()
 
 CIFAR = "forward/cifar10_quick/deploy_used.prototxt"
 
@@ -105,14 +110,19 @@ def test_shared_layer_is_refused():
 def test_hard_limit_names_the_largest_layer_before_training():
     model = conv_stack(depth=3, channels=8, size=16)
     # conv0: input 16x16x8 and output 16x16x8 at batch 4, 32 KiB each, and its
-    # 3x3x8x8 + 8 weights: 2 x (32768 + 32768 + 2336) bytes
+    # 3x3x8x8 + 8 weights: 2 x (32768 + 32768 + 2336) bytes; under Eigen also
+    # the im2col matrix, 4x16x16 rows of 3x3x8 values: 288 KiB
     need = 2 * (2 * 4 * 16 * 16 * 8 * 4 + (3 * 3 * 8 * 8 + 8) * 4)
+    if EIGEN:
+        need += 4 * 16 * 16 * 3 * 3 * 8 * 4
     with pytest.raises(LayerError) as err:
         LMS(0, batch=4, memory_limit=need - 1).apply(model)
     assert err.value.layer == "conv0"
+    what = (("420.56 KiB", "their gradients, and 288.00 KiB of Eigen's convolution workspace")
+            if EIGEN else ("132.56 KiB", "their gradients"))
     assert str(err.value) == (
-        "layer 'conv0': needs 132.56 KiB at once to train (inputs, outputs and weights, and "
-        "their gradients, batch 4) but the memory limit is 132.56 KiB (memory_limit); LMS cannot "
+        f"layer 'conv0': needs {what[0]} at once to train (inputs, outputs and weights, and "
+        f"{what[1]}, batch 4) but the memory limit is {what[0]} (memory_limit); LMS cannot "
         "split a layer: use a smaller batch")
     assert "call" not in vars(model)  # nothing was installed
     LMS(0, batch=4, memory_limit=need).apply(model)  # exactly fits
@@ -121,11 +131,58 @@ def test_hard_limit_names_the_largest_layer_before_training():
 def test_hard_limit_of_an_imported_net(golden):
     # cifar10_quick at batch 2: pool1 takes conv1's 2x32x32x32 output and makes
     # 2x32x16x16: 2 x 4 x (65536 + 16384) bytes = 640 KiB; conv1 needs less
-    # (its input is 2x3x32x32), ip1's 64x1024 weights too (2 x 266 KB)
+    # (its input is 2x3x32x32), ip1's 64x1024 weights too (2 x 266 KB).
+    # Under Eigen, conv2 (32x16x16 -> 32x16x16, 5x5 kernel) adds its im2col
+    # matrix, 2x16x16 rows of 5x5x32 values: 2 x 4 x (8192 + 8192 + 25632)
+    # + 4 x 512 x 800 = 2105600 bytes, the largest.
+    layer, need = ("conv2", 2105600) if EIGEN else ("pool1", 640 * 1024)
     with pytest.raises(LayerError) as err:
-        keras_caffe.import_model(str(golden / CIFAR), lms=LMS(0, memory_limit=640 * 1024 - 1))
-    assert err.value.layer == "pool1"
-    keras_caffe.import_model(str(golden / CIFAR), lms=LMS(0, memory_limit=640 * 1024))
+        keras_caffe.import_model(str(golden / CIFAR), lms=LMS(0, memory_limit=need - 1))
+    assert err.value.layer == layer
+    keras_caffe.import_model(str(golden / CIFAR), lms=LMS(0, memory_limit=need))
+
+
+def test_eigen_convolution_workspace_is_its_im2col_matrix():
+    from keras_caffe.lms_graph import model_graph
+
+    x = inputs = keras.Input((16, 16, 8))
+    conv = keras.layers.Conv2D(6, 3, name="conv")
+    grouped = keras.layers.Conv2D(6, (3, 1), groups=2, name="grouped")
+    others = [keras.layers.DepthwiseConv2D(3, padding="same", name="depthwise"),
+              keras.layers.Conv2DTranspose(4, 2, name="transposed"), keras.layers.ReLU()]
+    for layer in [conv, grouped, *others]:
+        x = layer(x)
+    model = keras.Model(inputs, keras.layers.Dense(3, name="fc")(x))
+    eigen, onednn = model_graph(model, eigen=True), model_graph(model, eigen=False)
+    workspace = {n.name: eigen.workspace(n, 5) for n in eigen.nodes}
+    # (batch x H_out x W_out) rows of k_h x k_w x C_in/group values, float32
+    assert workspace["conv"] == 5 * 14 * 14 * 3 * 3 * 8 * 4
+    assert workspace["grouped"] == 5 * 12 * 14 * 3 * 1 * 3 * 4
+    assert all(workspace[layer.name] == 0 for layer in others)
+    assert workspace["fc"] == 0
+    assert all(onednn.workspace(n, 5) == 0 for n in onednn.nodes)
+    node = eigen.nodes[0]
+    assert eigen.layer_need(node, 5) == onednn.layer_need(node, 5) + workspace["conv"]
+
+
+def test_lms_returns_freed_blocks_to_the_system(caplog):
+    import platform
+
+    from keras_caffe.lms_exec import return_freed_blocks
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's mallopt only")
+    # the threshold is clamped to glibc's range [128 KiB, 32 MiB]
+    assert return_freed_blocks(0) == 128 * 1024
+    assert return_freed_blocks(2 ** 40) == 32 * 2 ** 20
+    assert return_freed_blocks(1000 * 1024) == 1000 * 1024
+    with caplog.at_level(logging.INFO, logger="keras_caffe.lms"):
+        LMS(1000, batch=4).apply(conv_stack(3, 8, 16, name="freed"))
+    assert ("LMS for model 'freed' (batch 4): allocator: freed blocks of 1000.00 KiB or more go "
+            "back to the system at once (glibc M_MMAP_THRESHOLD), so freed activations are "
+            "free") in caplog.text
+    assert ("kernels: Eigen (TensorFlow without oneDNN): the largest convolution workspace is "
+            "288.00 KiB" in caplog.text) == EIGEN
 
 
 def test_hard_limit_at_first_call_when_the_batch_is_unknown():

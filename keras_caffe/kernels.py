@@ -1,0 +1,38 @@
+"""Which CPU kernels TensorFlow runs in this process: oneDNN's or Eigen's.
+
+TensorFlow turns its oneDNN kernels on by default on x86 CPUs with
+AVX-512-class features (AVX512_VNNI, AVX512_BF16, AMX) and runs Eigen's
+elsewhere (AMD and Intel CPUs with AVX2 only); ``TF_ENABLE_ONEDNN_OPTS=0``
+or ``=1`` overrides the default. The two families differ in which ops they
+implement (Eigen's ``Conv2DBackpropInput`` refuses dilation > 1) and in
+their temporary memory (Eigen's forward convolution packs the whole batch's
+im2col matrix), so LMS and the test suite ask which one is in use.
+"""
+
+import functools
+import os
+
+
+@functools.lru_cache(maxsize=1)
+def onednn_enabled():
+    """True when TensorFlow's oneDNN CPU kernels are on in this process.
+
+    TensorFlow exposes no public call for this; its own answer (the one it
+    logs as "oneDNN custom operations are on") is read where it exists,
+    else ``TF_ENABLE_ONEDNN_OPTS``, else False (Eigen, the family with the
+    larger temporaries, so LMS's accounting stays on the safe side).
+    """
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("1", "true")
+
+
+def cpu_kernels():
+    """``"oneDNN"`` or ``"Eigen"``."""
+    return "oneDNN" if onednn_enabled() else "Eigen"
+
+
+if __name__ == "__main__":  # `python -m keras_caffe.kernels`: prints oneDNN or Eigen
+    print(cpu_kernels())
