@@ -8,7 +8,10 @@
 
 PYTHON ?= python3
 VENV ?= .venv
-TF_SPEC ?= tensorflow>=2.16
+# Empty: TensorFlow comes through the README's install line, the `tensorflow`
+# extra. Set (test-compat): that TensorFlow first, then the package without
+# the extra, which must leave it alone (issue 13).
+TF_SPEC ?=
 EXTRAS ?= test,lmdb,leveldb,plots
 HOROVOD ?= 0
 HOROVOD_SPEC ?= horovod==0.28.1
@@ -24,9 +27,23 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
 
-# Dependencies, once per venv (again when setup.cfg changes).
+# Dependencies, once per venv (again when setup.cfg changes); then exactly
+# one TensorFlow distribution may be installed. With TF_SPEC, another
+# TensorFlow distribution already in the venv is removed first, not
+# overwritten (a venv made when TF_SPEC named `tensorflow`).
+TF_DISTS = ^(tensorflow|tensorflow-cpu|tensorflow-gpu|tensorflow-intel|tf-nightly|tf-nightly-cpu)==
+TF_NAME = $(firstword $(subst =, ,$(subst >, ,$(subst <, ,$(subst [, ,$(TF_SPEC))))))
 $(VENV)/.deps: setup.cfg | $(BIN)/python
-	$(BIN)/pip install --quiet "$(TF_SPEC)" ".[$(EXTRAS)]"
+ifeq ($(TF_SPEC),)
+	$(BIN)/pip install --quiet ".[tensorflow,$(EXTRAS)]"
+else
+	@other=$$($(BIN)/pip list --format=freeze | grep -iE '$(TF_DISTS)' | grep -viE '^$(TF_NAME)==' | cut -d= -f1); \
+	if [ -n "$$other" ]; then set -x; $(BIN)/pip uninstall --quiet -y $$other; fi
+	$(BIN)/pip install --quiet "$(TF_SPEC)"
+	$(BIN)/pip install --quiet ".[$(EXTRAS)]"
+endif
+	@n=$$($(BIN)/pip list --format=freeze | grep -ciE '$(TF_DISTS)'); [ "$$n" = 1 ] || \
+		{ echo "$(VENV): $$n TensorFlow distributions installed, expected 1 (issue 13): rm -rf $(VENV) and run make again" >&2; exit 1; }
 	touch $@
 
 # Horovod 0.28.1 compiles against the TensorFlow in the venv (hence
@@ -64,7 +81,7 @@ test: install
 	KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(HOROVOD) $(BIN)/pytest
 
 test-compat:
-	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow==2.18.1" HOROVOD=1
+	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow-cpu==2.18.1" HOROVOD=1
 
 bench: install
 	$(BIN)/python benchmarks/optimizer_step.py
@@ -76,7 +93,7 @@ bench: install
 	$(BIN)/python benchmarks/lms_tradeoff.py
 
 bench-horovod:
-	$(MAKE) --no-print-directory install VENV=.venv-tf218 TF_SPEC="tensorflow==2.18.1" HOROVOD=1
+	$(MAKE) --no-print-directory install VENV=.venv-tf218 TF_SPEC="tensorflow-cpu==2.18.1" HOROVOD=1
 	.venv-tf218/bin/python benchmarks/allreduce_overhead.py
 
 # protoc 25 (grpcio-tools 1.62.3) writes gencode without a runtime version

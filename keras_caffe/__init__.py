@@ -17,6 +17,10 @@
 
 __version__ = "0.1.0"
 
+# First, before keras or numpy: without a TensorFlow >= 2.16 this import
+# raises a one-line TensorFlowRequirementError naming what to install.
+from keras_caffe import _require  # noqa: F401
+
 from keras_caffe import layers, losses, schedules
 from keras_caffe.errors import (
     ArgumentError,

@@ -89,3 +89,16 @@ class WeightsError(CaffeImportError):
 class DistributedError(KerasCaffeError):
     """Data-parallel training went wrong: ranks disagree (model shapes,
     arguments), or a worker was lost during a collective."""
+
+
+class TensorFlowRequirementError(ImportError):
+    """``import keras_caffe`` found no TensorFlow, or one older than 2.16.
+
+    Raised before TensorFlow, Keras or NumPy is imported; the message is one
+    line naming the pip command that fixes it. ``found`` is ``None`` when no
+    TensorFlow is installed, else ``(distribution, version)``.
+    """
+
+    def __init__(self, message, found=None):
+        self.found = found
+        super().__init__(message)
