@@ -92,6 +92,18 @@ def child(threshold, batch, steps):
                       "remat_layers": remat, "layers": len(model.layers) - 1}))
 
 
+def cpu_model():
+    """The CPU's model name (``/proc/cpuinfo``), or the platform's word for it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -112,8 +124,11 @@ def main(argv=None):
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     import tensorflow as tf
 
-    print(f"machine: {platform.machine()} CPU, {os.cpu_count()} cores; TensorFlow "
-          f"{tf.__version__}; batch {args.batch}; fastest of {args.steps} steps")
+    from keras_caffe.kernels import cpu_kernels
+
+    print(f"machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores; TensorFlow "
+          f"{tf.__version__} with {cpu_kernels()} CPU kernels; batch {args.batch}; fastest of "
+          f"{args.steps} steps")
     base = rows[0]
     print(f"{'LMS threshold':>14} | {'remat layers':>12} | {'step memory':>11} | "
           f"{'peak RSS':>9} | {'step time':>9} | trade-off")

@@ -4,7 +4,9 @@
 stack, caps the process's data segment (RLIMIT_DATA) at what it uses before
 the step plus half the activations' bytes (``roomy``: plus twice them,
 without LMS: the control that the plain step fits given the memory), and
-trains one step; it prints ``STEP OK <loss>`` if the step completes.
+trains one step; it prints ``STEP OK <loss> peak ...`` if the step
+completes. ``peak-none`` / ``peak-lms`` set no ceiling and print the step's
+peak data segment (docs/lms.md's table).
 """
 
 import os
@@ -74,7 +76,30 @@ def _vm_data():
     raise RuntimeError("no VmData in /proc/self/status")
 
 
+class PeakSampler:
+    """The largest VmData seen, sampled every 0.5 ms on a thread."""
+
+    def __init__(self):
+        import threading
+
+        self.peak, self._stop = _vm_data(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(0.0005):
+            self.peak = max(self.peak, _vm_data())
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def ceiling_child(mode):
+    """``none`` / ``lms`` / ``roomy``: under the ceiling (see the module
+    docstring); ``peak-none`` / ``peak-lms``: no ceiling, print the step's
+    peak data segment over its start (docs/lms.md's table)."""
     import logging
     import resource
 
@@ -84,20 +109,26 @@ def ceiling_child(mode):
     x, y = batch_for(model, BATCH)
     model(x[:2])  # builds everything the step needs except the activations
     activations = 2 * DEPTH * BATCH * SIZE * SIZE * CHANNELS * 4
-    limit = _vm_data() + (2 * activations if mode == "roomy" else activations // 2)
-    resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
-    print(f"RLIMIT_DATA {limit} activations {activations}", flush=True)
-    if mode == "lms":
+    start = _vm_data()
+    if not mode.startswith("peak-"):
+        limit = start + (2 * activations if mode == "roomy" else activations // 2)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
+        print(f"RLIMIT_DATA {limit} activations {activations}", flush=True)
+    if mode.endswith("lms"):
         from keras_caffe.lms import LMS
 
-        LMS(threshold_kb=1000, frac=0.5).apply(model)
+        # under the ceiling, frac 0.5 must see it and switch LMS on; without one, always on
+        LMS(threshold_kb=1000, frac=0.0 if mode.startswith("peak-") else 0.5).apply(model)
+    sampler = PeakSampler()
     loss, _ = loss_and_grads(model, x, y)
-    print(f"STEP OK {loss:.9g}", flush=True)
+    peak = sampler.stop() - start
+    print(f"STEP OK {loss:.9g} peak {peak / 2 ** 20:.0f} MiB over the start "
+          f"(ceiling: {activations // 2 / 2 ** 20:.0f} MiB)", flush=True)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "ceiling" and sys.argv[2] in ("none", "lms",
-                                                                            "roomy"):
+    MODES = ("none", "lms", "roomy", "peak-none", "peak-lms")
+    if len(sys.argv) == 3 and sys.argv[1] == "ceiling" and sys.argv[2] in MODES:
         ceiling_child(sys.argv[2])
     else:
-        sys.exit(f"usage: {sys.argv[0]} ceiling none|lms|roomy")
+        sys.exit(f"usage: {sys.argv[0]} ceiling {'|'.join(MODES)}")

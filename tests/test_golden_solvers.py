@@ -15,6 +15,8 @@ import keras_caffe
 from support import (GOLDEN, GOLDEN_SOLVER_CASES, golden_dataset, net_multipliers,
                      sparse_softmax_loss, tiny_mlp)
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 CASES = GOLDEN_SOLVER_CASES
 BLOBS = ("ip1_w", "ip1_b", "ip2_w", "ip2_b")
 

@@ -15,6 +15,8 @@ from keras_caffe.kernels import onednn_enabled
 from keras_caffe.lms import LMS, current, from_cli
 from lms_support import batch_for, conv_stack
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 #: TensorFlow runs Eigen's CPU kernels in this process (no oneDNN): their
 #: forward convolutions hold an im2col workspace that the hard limit counts
 EIGEN = not onednn_enabled()

@@ -12,6 +12,8 @@ from keras_caffe.lms import LMS
 from lms_support import batch_for, conv_stack, loss_and_grads, max_relative
 from support import golden_dataset, to_keras_layout
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 TOLERANCE = 1e-6
 
 

@@ -10,6 +10,8 @@ from keras_caffe import cli
 from support import GOLDEN
 from test_solver import blobs_of, final_losses, run_case
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 def test_solver_with_lms_prints_caffes_numbers(golden, tmp_path, monkeypatch):
     """The golden SGD case, every activation recomputed: the log and the final

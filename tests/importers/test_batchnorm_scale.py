@@ -8,6 +8,8 @@ import tensorflow as tf
 import keras_caffe
 from keras_caffe.layers import BatchNorm, BatchNormScale, Scale
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 NET = """
 layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: 3 dim: 5 dim: 5 } } }
 layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"

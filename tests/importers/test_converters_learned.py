@@ -15,6 +15,8 @@ from keras_caffe.importers.api import caffe_layers
 from keras_caffe.layers.deconv import Deconvolution, Embed
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 RNG = np.random.RandomState(0)
 
 

@@ -8,6 +8,8 @@ import pytest
 from keras_caffe.errors import LayerError
 from support import DATA_FORMATS, run_layers
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 RNG = np.random.RandomState(0)
 
 

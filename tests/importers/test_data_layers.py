@@ -8,6 +8,8 @@ import keras_caffe
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import param_multipliers, training_args
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 @pytest.mark.converter("HDF5Data")
 @pytest.mark.parametrize("case", ["sgd", "adam", "sgd_itersize2", "sgd_lr_step"])

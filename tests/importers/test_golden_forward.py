@@ -14,6 +14,8 @@ import keras_caffe
 from keras_caffe.importers import load_weights
 from support import from_keras_layout, to_keras_layout
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 MODELS = ["lenet", "cifar10_quick", "nin_cifar10", "squeezenet_v1.1", "mobilenet_v1",
           "bvlc_googlenet"]
 
