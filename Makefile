@@ -1,7 +1,9 @@
 # keras-caffe
 #   make demo          install into .venv, run examples/demo.py and a short LeNet `keras-caffe train`
-#   make test          install into .venv (newest TensorFlow) and run the whole suite
-#   make test-compat   the same in .venv-tf218 (TensorFlow 2.18 + Horovod 0.28.1 built with Gloo)
+#   make test          install into .venv (newest TensorFlow) and run the whole suite, then the
+#                      kernel-sensitive tests again with the other CPU kernels (oneDNN / Eigen)
+#   make test-compat   the suite in .venv-tf218 (TensorFlow 2.18 + Horovod 0.28.1 built with
+#                      Gloo) with the CPU kernels TensorFlow does not pick by default
 #   make bench         benchmarks/ (not part of the tests)
 #   make bench-horovod benchmarks/allreduce_overhead.py in .venv-tf218 (needs Horovod)
 #   make proto         regenerate keras_caffe/proto/caffe_pb2.py from caffe.proto
@@ -32,17 +34,18 @@ $(BIN)/python:
 # TensorFlow distribution already in the venv is removed first, not
 # overwritten (a venv made when TF_SPEC named `tensorflow`).
 TF_DISTS = ^(tensorflow|tensorflow-cpu|tensorflow-gpu|tensorflow-intel|tf-nightly|tf-nightly-cpu)==
+# pip list, names normalised as pip's metadata may spell them (tensorflow_cpu)
+PIP_LIST = $(BIN)/pip list --format=freeze | tr '_' '-'
 TF_NAME = $(firstword $(subst =, ,$(subst >, ,$(subst <, ,$(subst [, ,$(TF_SPEC))))))
 $(VENV)/.deps: setup.cfg | $(BIN)/python
 ifeq ($(TF_SPEC),)
 	$(BIN)/pip install --quiet ".[tensorflow,$(EXTRAS)]"
 else
-	@other=$$($(BIN)/pip list --format=freeze | grep -iE '$(TF_DISTS)' | grep -viE '^$(TF_NAME)==' | cut -d= -f1); \
+	@other=$$($(PIP_LIST) | grep -iE '$(TF_DISTS)' | grep -viE '^$(TF_NAME)==' | cut -d= -f1); \
 	if [ -n "$$other" ]; then set -x; $(BIN)/pip uninstall --quiet -y $$other; fi
-	$(BIN)/pip install --quiet "$(TF_SPEC)"
-	$(BIN)/pip install --quiet ".[$(EXTRAS)]"
+	$(BIN)/pip install --quiet "$(TF_SPEC)" ".[$(EXTRAS)]"
 endif
-	@n=$$($(BIN)/pip list --format=freeze | grep -ciE '$(TF_DISTS)'); [ "$$n" = 1 ] || \
+	@n=$$($(PIP_LIST) | grep -ciE '$(TF_DISTS)'); [ "$$n" = 1 ] || \
 		{ echo "$(VENV): $$n TensorFlow distributions installed, expected 1 (issue 13): rm -rf $(VENV) and run make again" >&2; exit 1; }
 	touch $@
 
@@ -77,11 +80,40 @@ demo: install
 	$(BIN)/python $(LENET)/make_data.py --train 10000 --test 2000
 	cd $(LENET) && ../../$(BIN)/keras-caffe train --solver lenet_solver_demo.prototxt --log caffe
 
-test: install
-	KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(HOROVOD) $(BIN)/pytest
+# TensorFlow runs oneDNN's CPU kernels on CPUs with AVX-512-class features
+# and Eigen's elsewhere (AMD AVX2): the suite runs with both. KERNELS prints
+# the family this venv gets by default (from /, so the source tree is not
+# imported); OTHER_ONEDNN is TF_ENABLE_ONEDNN_OPTS for the other family.
+KERNELS = cd / && TF_CPP_MIN_LOG_LEVEL=3 $(abspath $(BIN))/python -m keras_caffe.kernels 2>/dev/null
+OTHER_ONEDNN = [ "$$($(KERNELS))" = oneDNN ] && echo 0 || echo 1
+PYTEST = KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(HOROVOD) $(BIN)/pytest
+# test: TensorFlow's default kernels, then the kernel-sensitive tests (marker
+# `kernels`: convolution family, LMS, golden parity) with the other family.
+# SUITE_KERNELS=other (test-compat) runs the suite with the other family.
+SUITE_KERNELS ?= default
+SUITE_ARGS ?=
 
+test: install
+ifeq ($(SUITE_KERNELS),other)
+	@other=$$($(OTHER_ONEDNN)); \
+	echo "== the suite with the other CPU kernels: TF_ENABLE_ONEDNN_OPTS=$$other (TensorFlow's default here: $$($(KERNELS)))"; \
+	TF_ENABLE_ONEDNN_OPTS=$$other $(PYTEST) $(SUITE_ARGS)
+else
+	@echo "== the suite with TensorFlow's default CPU kernels here: $$($(KERNELS))"
+	$(PYTEST) $(SUITE_ARGS)
+	@other=$$($(OTHER_ONEDNN)); \
+	echo "== the kernel-sensitive tests again with the other CPU kernels: TF_ENABLE_ONEDNN_OPTS=$$other"; \
+	TF_ENABLE_ONEDNN_OPTS=$$other $(PYTEST) -m kernels
+endif
+
+# TensorFlow 2.18 (protobuf 5, tensorflow-cpu) with Horovod: the whole suite
+# with the CPU kernels TensorFlow does not pick here, so that with `make test`
+# every test runs under both families. Less YellowFin's no-tuning experiment
+# (marker `slow`, 4-5 minutes of training whose claim is about the algorithm,
+# not the TensorFlow version), which `make test` runs.
 test-compat:
-	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow-cpu==2.18.1" HOROVOD=1
+	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow-cpu==2.18.1" HOROVOD=1 \
+		SUITE_KERNELS=other SUITE_ARGS='-m "not slow"'
 
 bench: install
 	$(BIN)/python benchmarks/optimizer_step.py
