@@ -24,6 +24,7 @@ import tensorflow as tf
 import keras_caffe
 from keras_caffe.importers import read_binary
 from keras_caffe.proto import caffe_pb2
+from caffe_reference import apply_update
 from support import set_caffe_weights, sparse_softmax_loss, tiny_mlp
 
 N, D = 8, 30  # batch and input size of the least-squares net
@@ -45,39 +46,7 @@ def least_squares_grads(w, b, x, y):
 
 def reference_update(solver, hp, params, grads, state, it):
     """One Caffe update of every param, float64; returns the new params."""
-    lr, m, delta = hp["lr"], hp.get("momentum", 0.0), hp.get("delta", 1e-8)
-    out = []
-    for i, (p, g) in enumerate(zip(params, grads)):
-        g = g + hp.get("weight_decay", 0.0) * p
-        h = state.setdefault(("h", i), np.zeros_like(p))
-        if solver == "SGD":
-            h = m * h + lr * g
-            step = h
-        elif solver == "Nesterov":
-            h_new = m * h + lr * g
-            step, h = (1 + m) * h_new - m * h, h_new
-        elif solver == "AdaGrad":
-            h = h + g * g
-            step = lr * g / (np.sqrt(h) + delta)
-        elif solver == "RMSProp":
-            d = hp["rms_decay"]
-            h = d * h + (1 - d) * g * g
-            step = lr * g / (np.sqrt(h) + delta)
-        elif solver == "AdaDelta":
-            h = m * h + (1 - m) * g * g
-            h2 = state.setdefault(("h2", i), np.zeros_like(p))
-            u = g * np.sqrt((h2 + delta) / (h + delta))
-            state[("h2", i)] = m * h2 + (1 - m) * u * u
-            step = lr * u
-        elif solver == "Adam":
-            b2 = hp["momentum2"]
-            h = m * h + (1 - m) * g
-            v = state[("v", i)] = b2 * state.get(("v", i), 0.0) + (1 - b2) * g * g
-            t = it + 1
-            step = lr * np.sqrt(1 - b2**t) / (1 - m**t) * h / (np.sqrt(v) + delta)
-        state[("h", i)] = h
-        out.append(p - step)
-    return out
+    return apply_update(solver, hp, params, grads, state, it)
 
 
 def reference_run(solver, hp, iterations):

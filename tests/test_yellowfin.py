@@ -633,7 +633,7 @@ def test_weight_decay_is_the_gradient_of_a_penalty(kind):
 def test_lr_mult_scales_the_step_not_the_statistics():
     start, sequence = quadratic_gradients(steps=10)
     runs = []
-    for lr_mult in (None, {"a": 0.0, "b": 2.0}):
+    for lr_mult in (None, {"a": 0.5, "b": 2.0}):
         variables = [keras.Variable(start[0], name="a"), keras.Variable(start[1], name="b")]
         optimizer = YellowFin(lr_mult=lr_mult, curv_win_width=4)
         for grads in sequence:
@@ -641,9 +641,26 @@ def test_lr_mult_scales_the_step_not_the_statistics():
         runs.append(([v.numpy() for v in variables], observed(optimizer)))
     (plain, plain_stats), (scaled, scaled_stats) = runs
     assert plain_stats == scaled_stats
-    np.testing.assert_array_equal(scaled[0], start[0])
-    np.testing.assert_allclose(scaled[1] - start[1], 2 * (plain[1] - start[1]), rtol=1e-5,
-                               atol=1e-6)
+    for i, mult in enumerate((0.5, 2.0)):
+        np.testing.assert_allclose(scaled[i] - start[i], mult * (plain[i] - start[i]),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_a_frozen_variable_has_no_gradient_for_the_statistics_either():
+    """lr_mult 0 is Caffe's frozen parameter, which gets no gradient (issue
+    14): YellowFin then tunes on the other variables' gradients alone, as if
+    the frozen one were not there, and never moves it."""
+    start, sequence = quadratic_gradients(steps=10)
+    frozen = [keras.Variable(start[0], name="a"), keras.Variable(start[1], name="b")]
+    optimizer = YellowFin(lr_mult={"a": 0.0}, curv_win_width=4)
+    alone = keras.Variable(start[1], name="b")
+    reference = YellowFin(curv_win_width=4)
+    for grads in sequence:
+        optimizer.apply([tf.constant(g) for g in grads], frozen)
+        reference.apply([tf.constant(grads[1])], [alone])
+    np.testing.assert_array_equal(frozen[0].numpy(), start[0])
+    np.testing.assert_allclose(frozen[1].numpy(), alone.numpy(), rtol=1e-6, atol=1e-7)
+    assert observed(optimizer) == pytest.approx(observed(reference), rel=1e-5, abs=1e-7)
 
 
 # -- the monitor -------------------------------------------------------------------------

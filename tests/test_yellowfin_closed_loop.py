@@ -37,7 +37,8 @@ def gradient_sequence(steps=80, size=12, seed=3):
 def test_closed_loop_matches_the_equations():
     """Replay one gradient sequence into the optimizer and into the float64
     equations. Three variables: lr_mult 1, 2 (it cancels in the ratios) and
-    0 (frozen: left out of the measurement, but in YellowFin's statistics)."""
+    0 (frozen: no gradient, as in Caffe, so left out of the statistics and of
+    the measurement)."""
     sequence = gradient_sequence()
     sizes, staleness = (4, 5, 3), 4
     bounds = np.cumsum((0,) + sizes)
@@ -54,7 +55,7 @@ def test_closed_loop_matches_the_equations():
     offsets = []
     for t, g in enumerate(sequence):
         apply([tf.constant(g[a:b]) for a, b in zip(bounds, bounds[1:])])
-        g = g.astype("float64")[None]
+        g = np.where(live, g.astype("float64"), 0.0)[None]
         g = g * tuner.tune(g)[:, None]
         mu = loop.momentum(t, tuner.target, v[:, live])
         v = mu[:, None] * v + g

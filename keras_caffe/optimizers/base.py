@@ -3,6 +3,7 @@
 ``CaffeOptimizer.apply`` turns raw gradients into the gradients Caffe's
 ``SGDSolver::ApplyUpdate`` hands to ``ComputeUpdateValue``, in Caffe's order:
 
+0. A parameter with ``lr_mult`` 0 has a gradient of 0 (Caffe computes none).
 1. ``iter_size``: micro-batch gradients are summed; the update runs on every
    ``iter_size``-th call, and ``iterations`` counts updates, so schedules see
    Caffe's iteration number.
@@ -153,11 +154,30 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
-        pairs = [(g, v) for g, v in zip(grads, trainable_variables) if g is not None]
+        pairs = [(g, v) for g, v in zip(grads, trainable_variables)
+                 if g is not None or self.frozen(v)]
         if not pairs:
             return super().apply(grads, trainable_variables)  # Keras's error
-        grads = [ops.convert_to_tensor(g) for g, _ in pairs]
+        grads = [ops.zeros(v.shape, v.dtype) if self.frozen(v) else ops.convert_to_tensor(g)
+                 for g, v in pairs]
         return self.caffe_apply(grads, [v for _, v in pairs])
+
+    def frozen(self, variable):
+        """Whether ``variable``'s ``lr_mult`` is 0 (once built).
+
+        Caffe computes no gradient for such a parameter (``Net::Init`` sets
+        its ``param_propagate_down`` to false), so its diff stays 0: it adds
+        nothing to ``clip_gradients``' norm or to ``iter_size``'s sum, while
+        ``Regularize`` still adds its weight decay and the solver still
+        updates its history with that, at a local rate of 0, so the weight
+        never moves. Its gradient here is taken as 0 whatever was computed
+        (None included: an imported layer stops the gradient of such a blob,
+        so none is computed).
+        """
+        if not self.built:
+            return False
+        index = self._get_variable_index(variable)
+        return self._lr_mults[index] == 0.0
 
     def caffe_apply(self, grads, variables):
         """Caffe's pipeline on the gradients of built ``variables`` (no None):

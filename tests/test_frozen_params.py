@@ -1,0 +1,153 @@
+"""Frozen parameters (``lr_mult: 0``) as Caffe treats them (issue 14).
+
+Caffe's ``Net::Init`` gives a parameter with ``lr_mult`` 0 no backward pass
+(``param_propagate_down`` false), so its diff stays 0: it adds nothing to
+``clip_gradients``' norm or to ``iter_size``'s sum, ``Regularize`` still
+adds its weight decay, the solver still updates its history with that, and
+the weight never moves (local rate 0). Checked against the float64 port of
+Caffe's update in ``caffe_reference.py`` on a two-layer MLP under softmax
+loss, for the six solvers, with ``clip_gradients`` binding, with and
+without ``iter_size``; each case also checks that the old rule (the frozen
+gradient computed and counted) would have given other numbers.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_caffe
+from caffe_reference import apply_update
+
+N, D, H, K = 16, 20, 16, 5
+RNG = np.random.RandomState(14)
+X = RNG.randn(N, D).astype("float32")
+Y = RNG.randint(0, K, N).astype("int32")
+INIT = [(RNG.randn(D, H) * 0.3).astype("float32"), (RNG.randn(H) * 0.1).astype("float32"),
+        (RNG.randn(H, K) * 0.3).astype("float32"), (RNG.randn(K) * 0.1).astype("float32")]
+PATHS = ["ip1/kernel", "ip1/bias", "ip2/kernel", "ip2/bias"]
+ITERATIONS = 6
+
+HYPER = {
+    "SGD": {"lr": 0.1, "momentum": 0.9},
+    "Nesterov": {"lr": 0.1, "momentum": 0.9},
+    "AdaGrad": {"lr": 0.1},
+    "RMSProp": {"lr": 0.01, "rms_decay": 0.95},
+    "AdaDelta": {"lr": 1.0, "momentum": 0.95, "delta": 1e-6},
+    "Adam": {"lr": 0.01, "momentum": 0.9, "momentum2": 0.999},
+}
+SLOTS = {"SGD": {"h": "history"}, "Nesterov": {"h": "history"}, "AdaGrad": {"h": "history"},
+         "RMSProp": {"h": "history"}, "AdaDelta": {"h": "history", "h2": "update_history"},
+         "Adam": {"h": "m", "v": "v"}}
+WEIGHT_DECAY = 0.05
+CLIP = 0.2
+
+
+def mlp():
+    inputs = keras.Input((D,))
+    hidden = keras.layers.Dense(H, activation="relu", name="ip1")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(K, name="ip2")(hidden))
+    model.set_weights(INIT)
+    return model
+
+
+def numpy_diffs(params, x, y):
+    """float64 gradients of the mean softmax cross-entropy of the MLP."""
+    w1, b1, w2, b2 = params
+    z1 = x @ w1 + b1
+    h = np.maximum(z1, 0.0)
+    z2 = h @ w2 + b2
+    p = np.exp(z2 - z2.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz2 = (p - np.eye(K)[y]) / len(x)
+    dz1 = (dz2 @ w2.T) * (z1 > 0)
+    return [x.T @ dz1, dz1.sum(0), h.T @ dz2, dz2.sum(0)]
+
+
+def reference(solver, lr_mults, iter_size, net_init_rule=True):
+    """Caffe's run (float64): (params, solver state, iterations clipped)."""
+    params = [p.astype(np.float64) for p in INIT]
+    state = {}
+    hp = dict(HYPER[solver], weight_decay=WEIGHT_DECAY)
+    for it in range(ITERATIONS):
+        diffs = [np.zeros_like(p) for p in params]
+        for x, y in zip(np.split(X, iter_size), np.split(Y, iter_size)):
+            diffs = [a + b for a, b in zip(diffs, numpy_diffs(params, x.astype(np.float64), y))]
+        params = apply_update(solver, hp, params, diffs, state, it, lr_mults=lr_mults,
+                              clip_gradients=CLIP, iter_size=iter_size,
+                              net_init_rule=net_init_rule)
+    return params, state, state["clipped"]
+
+
+def train(solver, lr_mults, iter_size, frozen_gradient="computed"):
+    model = mlp()
+    hp = HYPER[solver]
+    kwargs = {k: v for k, v in hp.items() if k in getattr(keras_caffe, solver).solver_fields}
+    optimizer = getattr(keras_caffe, solver)(
+        learning_rate=hp["lr"], weight_decay=WEIGHT_DECAY, clip_gradients=CLIP,
+        iter_size=iter_size, lr_mult=dict(zip(PATHS, lr_mults)), **kwargs)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    variables = model.trainable_variables
+    for _ in range(ITERATIONS):
+        for x, y in zip(np.split(X, iter_size), np.split(Y, iter_size)):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x))
+            grads = tape.gradient(loss, variables)
+            if frozen_gradient == "none":
+                grads = [None if lr == 0 else g for g, lr in zip(grads, lr_mults)]
+            optimizer.apply(grads, variables)
+    assert int(optimizer.iterations) == ITERATIONS
+    return model, optimizer
+
+
+CASES = [(solver, iter_size) for solver in HYPER for iter_size in (1, 2)]
+
+
+@pytest.mark.parametrize("solver, iter_size", CASES)
+def test_frozen_weight_gets_no_gradient_as_in_caffe(solver, iter_size):
+    lr_mults = [0.0, 1.0, 1.0, 2.0]  # ip1's weights frozen, as in fine-tuning
+    model, optimizer = train(solver, lr_mults, iter_size)
+    expected, state, clipped = reference(solver, lr_mults, iter_size)
+    assert clipped == ITERATIONS  # clip_gradients binds at every iteration
+    weights = model.get_weights()
+    for ours, theirs in zip(weights, expected):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
+    np.testing.assert_array_equal(weights[0], INIT[0])  # frozen: never moves
+    # the frozen param's history is Caffe's (its diff is the weight decay alone)
+    for key, slot in SLOTS[solver].items():
+        ours = keras.ops.convert_to_numpy(optimizer.slot(getattr(optimizer, slot),
+                                                         model.trainable_variables[0]))
+        np.testing.assert_allclose(ours, state[(key, 0)], rtol=2e-5, atol=1e-7)
+    # the case tells the rules apart: counting the frozen gradient moves ip2 elsewhere
+    old, _, _ = reference(solver, lr_mults, iter_size, net_init_rule=False)
+    assert np.abs(old[2] - expected[2]).max() > 1e-4
+
+
+@pytest.mark.parametrize("solver", ["SGD", "Adam"])
+def test_a_gradient_that_was_never_computed_counts_as_zero(solver):
+    """Imported layers stop the gradient of a frozen blob, so the optimizer
+    gets None for it: the same numbers as a computed gradient set to 0."""
+    lr_mults = [1.0, 0.0, 1.0, 1.0]  # ip1's bias frozen
+    computed, _ = train(solver, lr_mults, 1)
+    never, _ = train(solver, lr_mults, 1, frozen_gradient="none")
+    for a, b in zip(computed.get_weights(), never.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    expected, _, _ = reference(solver, lr_mults, 1)
+    for ours, theirs in zip(never.get_weights(), expected):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_fit_freezes_as_apply_does(jit_compile):
+    lr_mults = [0.0, 1.0, 1.0, 2.0]
+    model = mlp()
+    optimizer = keras_caffe.Adam(learning_rate=0.01, momentum=0.9, momentum2=0.999,
+                                 weight_decay=WEIGHT_DECAY, clip_gradients=CLIP,
+                                 lr_mult=dict(zip(PATHS, lr_mults)))
+    model.compile(optimizer=optimizer, jit_compile=jit_compile,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(X, Y, batch_size=N, epochs=ITERATIONS, shuffle=False, verbose=0)
+    expected, _, _ = reference("Adam", lr_mults, 1)
+    for ours, theirs in zip(model.get_weights(), expected):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
+    np.testing.assert_array_equal(model.get_weights()[0], INIT[0])
