@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import keras_caffe
 from caffe_reference import apply_update
+from keras_caffe.importers import training_args
 
 N, D, H, K = 16, 20, 16, 5
 RNG = np.random.RandomState(14)
@@ -64,14 +65,21 @@ def numpy_diffs(params, x, y):
     return [x.T @ dz1, dz1.sum(0), h.T @ dz2, dz2.sum(0)]
 
 
-def reference(solver, lr_mults, iter_size, net_init_rule=True):
-    """Caffe's run (float64): (params, solver state, iterations clipped)."""
-    params = [p.astype(np.float64) for p in INIT]
+def reference(solver, lr_mults, iter_size, net_init_rule=True, init=INIT, batches=None,
+              iterations=ITERATIONS, hp=None):
+    """Caffe's run (float64): (params, solver state, iterations clipped).
+    ``batches``: the (x, y) of each micro-batch in turn (default: X, Y split
+    into ``iter_size`` parts at every iteration)."""
+    params = [np.asarray(p, np.float64) for p in init]
     state = {}
-    hp = dict(HYPER[solver], weight_decay=WEIGHT_DECAY)
-    for it in range(ITERATIONS):
+    hp = dict(hp or HYPER[solver], weight_decay=WEIGHT_DECAY)
+    if batches is None:
+        batches = list(zip(np.split(X, iter_size), np.split(Y, iter_size))) * iterations
+    batches = iter(batches)
+    for it in range(iterations):
         diffs = [np.zeros_like(p) for p in params]
-        for x, y in zip(np.split(X, iter_size), np.split(Y, iter_size)):
+        for _ in range(iter_size):
+            x, y = next(batches)
             diffs = [a + b for a, b in zip(diffs, numpy_diffs(params, x.astype(np.float64), y))]
         params = apply_update(solver, hp, params, diffs, state, it, lr_mults=lr_mults,
                               clip_gradients=CLIP, iter_size=iter_size,
@@ -151,3 +159,107 @@ def test_fit_freezes_as_apply_does(jit_compile):
     for ours, theirs in zip(model.get_weights(), expected):
         np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
     np.testing.assert_array_equal(model.get_weights()[0], INIT[0])
+
+
+# -- imported nets: the prototxt's lr_mult 0 ----------------------------------------------
+
+
+@pytest.mark.parametrize("solver", list(HYPER))
+def test_imported_net_with_a_frozen_layer_replays_caffe(golden, solver, monkeypatch):
+    """The golden train net with ``param { lr_mult: 0 }`` on both of ip1's
+    blobs, Caffe's weights and data, clip_gradients binding: fit lands on
+    the float64 port of Caffe's run, ip1 never moves, and its gradient is
+    not even computed (its blobs' gradients are stopped)."""
+    folder = golden / "solvers" / "sgd"
+    text = (folder / "train_net.prototxt").read_text().replace(
+        "param { lr_mult: 1 decay_mult: 1 }\n  param { lr_mult: 2 decay_mult: 0 }",
+        "param { lr_mult: 0 decay_mult: 1 }\n  param { lr_mult: 0 decay_mult: 0 }")
+    assert text.count("lr_mult: 0") == 2
+    monkeypatch.chdir(folder)  # the HDF5Data source is relative, as Caffe reads it
+    model = keras_caffe.import_model(text, weights=folder / "init.caffemodel", phase="TRAIN")
+    lr_mult, decay_mult = keras_caffe.param_multipliers(model)
+    assert lr_mult == {"ip1/kernel": 0.0, "ip1/bias": 0.0, "ip2/kernel": 1.0, "ip2/bias": 1.0}
+    hp = HYPER[solver]
+    kwargs = {k: v for k, v in hp.items() if k in getattr(keras_caffe, solver).solver_fields}
+    optimizer = getattr(keras_caffe, solver)(
+        learning_rate=hp["lr"], weight_decay=WEIGHT_DECAY, clip_gradients=CLIP,
+        lr_mult=lr_mult, decay_mult=decay_mult, **kwargs)
+    model.compile(optimizer=optimizer, **training_args(model))
+    init = [w.copy() for w in model.get_weights()]
+    data = np.load(folder / "data.npz")
+    iterations = 12
+    ds = tf.data.Dataset.from_tensor_slices((data["data"], data["label"])).batch(16).repeat()
+    model.fit(ds, steps_per_epoch=iterations, epochs=1, verbose=0, shuffle=False)
+    batches = [(data["data"][16 * (k % 4):16 * (k % 4) + 16],
+                data["label"][16 * (k % 4):16 * (k % 4) + 16].astype(int))
+               for k in range(iterations)]
+    lr_mults = [0.0, 0.0, 1.0, 1.0]
+    expected, _, clipped = reference(solver, lr_mults, 1, init=init, batches=batches,
+                                     iterations=iterations, hp=dict(hp))
+    assert clipped >= iterations // 2
+    weights = model.get_weights()
+    for ours, theirs in zip(weights, expected):
+        np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
+    for ours, start in zip(weights[:2], init[:2]):
+        np.testing.assert_array_equal(ours, start)
+    with tf.GradientTape() as tape:
+        out = model(data["data"][:16], training=True)
+    grads = tape.gradient(out, model.trainable_variables)
+    assert [g is None for g in grads] == [True, True, False, False]
+
+
+def conv_net(frozen):
+    """Three 3x3 convolutions and a classifier; ``frozen``: how many of the
+    convolutions, from the bottom, have lr_mult 0 on both blobs."""
+    layers = ['layer { name: "data" type: "Input" top: "data" '
+              'input_param { shape { dim: 4 dim: 3 dim: 16 dim: 16 } } }']
+    bottom = "data"
+    for i in range(1, 4):
+        params = "param { lr_mult: 0 } param { lr_mult: 0 } " if i <= frozen else ""
+        layers.append(f'layer {{ name: "conv{i}" type: "Convolution" bottom: "{bottom}" '
+                      f'top: "conv{i}" {params}convolution_param {{ num_output: 8 '
+                      f'kernel_size: 3 pad: 1 }} }}')
+        layers.append(f'layer {{ name: "relu{i}" type: "ReLU" bottom: "conv{i}" '
+                      f'top: "conv{i}" }}')
+        bottom = f"conv{i}"
+    layers.append(f'layer {{ name: "fc" type: "InnerProduct" bottom: "{bottom}" top: "fc" '
+                  'inner_product_param { num_output: 3 } }')
+    return keras_caffe.import_model("\n".join(layers))
+
+
+def backward_ops(model):
+    """Op types of the traced backward pass of ``sum(model(x))`` over the
+    model's trainable variables, with their counts."""
+    variables = model.trainable_variables
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True))
+        return [g for g in tape.gradient(loss, variables) if g is not None]
+
+    graph = step.get_concrete_function(tf.TensorSpec((4, 16, 16, 3))).graph
+    # what runs: the ops the outputs depend on (TensorFlow prunes the rest)
+    needed, stack = set(), [t.op for t in graph.outputs]
+    while stack:
+        op = stack.pop()
+        if op.name in needed:
+            continue
+        needed.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    counts = {}
+    for op in graph.get_operations():
+        if op.name in needed:
+            counts[op.type] = counts.get(op.type, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("frozen, filters, inputs", [(0, 3, 2), (1, 2, 1), (2, 1, 0), (3, 0, 0)])
+def test_no_backward_work_below_the_lowest_learning_layer(frozen, filters, inputs):
+    """As Caffe's ``layer_need_backward``: the weight gradient is computed
+    for learning convolutions only, and the gradient of a convolution's
+    input only where a learning layer lies below it."""
+    counts = backward_ops(conv_net(frozen))
+    assert counts.get("Conv2DBackpropFilter", 0) == filters
+    assert counts.get("Conv2DBackpropInput", 0) == inputs

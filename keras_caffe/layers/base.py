@@ -49,6 +49,23 @@ class CaffeBlobs:
         """
         return list(self.weights)
 
+    def blob(self, variable):
+        """``variable`` as the layer's call reads it: with its gradient
+        stopped when the blob's ``lr_mult`` is 0 (``param_multipliers``).
+
+        Caffe computes no gradient for such a blob (``Net::Init`` sets its
+        ``param_propagate_down`` to false), and TensorFlow then computes none
+        either: where a layer and everything below it is frozen, no backward
+        work is done for them. The optimizer takes the missing gradient as
+        0 (``CaffeOptimizer.frozen``), so the numbers are Caffe's.
+        """
+        if variable is None or not self.param_multipliers:
+            return variable
+        for candidate, (lr_mult, _) in zip(self.caffe_variables(), self.param_multipliers):
+            if candidate is variable:
+                return ops.stop_gradient(variable) if lr_mult == 0 else variable
+        return variable
+
     def caffe_blob_shapes(self):
         """The shapes Caffe's blobs for this layer have."""
         return [tuple(b.shape) for b in self.caffe_blobs()]

@@ -72,16 +72,17 @@ class Convolution(ConvolutionParameters):
             x = ops.pad(x, [[0, 0], [ph, ph], [pw, pw], [0, 0]])
         subsample = max(self.dilation) > 1 and max(self.stride) > 1
         strides = (1, 1) if subsample else self.stride
+        kernel = self.blob(self.kernel)
         if self.depthwise:
-            y = ops.depthwise_conv(x, self.kernel, strides=strides, padding=padding,
+            y = ops.depthwise_conv(x, kernel, strides=strides, padding=padding,
                                    dilation_rate=self.dilation)
         else:
-            y = ops.conv(x, self.kernel, strides=strides, padding=padding,
+            y = ops.conv(x, kernel, strides=strides, padding=padding,
                          dilation_rate=self.dilation)
         if subsample:
             y = y[:, ::self.stride[0], ::self.stride[1], :]
         if self.bias is not None:
-            y = y + self.bias
+            y = y + self.blob(self.bias)
         return from_nhwc(y, self.data_format)
 
     def compute_output_shape(self, input_shape):

@@ -68,7 +68,7 @@ class Deconvolution(ConvolutionParameters):
     def _block_diagonal(self):
         """(kh, kw, num_output, in_channels), zero outside each group's block."""
         out_g, in_g = self.num_output // self.group, self.in_channels // self.group
-        tiled = ops.tile(self.kernel, (1, 1, self.group, 1))
+        tiled = ops.tile(self.blob(self.kernel), (1, 1, self.group, 1))
         mask = (np.arange(self.num_output)[:, None] // out_g
                 == np.arange(self.in_channels)[None, :] // in_g).astype(self.kernel.dtype)
         return tiled * ops.convert_to_tensor(mask, dtype=self.kernel.dtype)
@@ -79,21 +79,22 @@ class Deconvolution(ConvolutionParameters):
 
     def call(self, x):
         x = to_nhwc(x, self.data_format)
+        kernel = self.blob(self.kernel)
         if self.group == 1:
-            y = self._transposed_conv(x, self.kernel)
+            y = self._transposed_conv(x, kernel)
         elif self._uses_dense_kernel():
             y = self._transposed_conv(x, self._block_diagonal())
         else:
             in_g = self.in_channels // self.group
             y = ops.concatenate(
                 [self._transposed_conv(x[..., g * in_g:(g + 1) * in_g],
-                                       self.kernel[:, :, :, g * in_g:(g + 1) * in_g])
+                                       kernel[:, :, :, g * in_g:(g + 1) * in_g])
                  for g in range(self.group)], axis=-1)
         ph, pw = self.pad
         if ph or pw:
             y = y[:, ph:(-ph or None), pw:(-pw or None), :]
         if self.bias is not None:
-            y = y + self.bias
+            y = y + self.blob(self.bias)
         return from_nhwc(y, self.data_format)
 
     def compute_output_shape(self, input_shape):
@@ -167,8 +168,8 @@ class Embed(Fillers, CaffeBlobs, keras.layers.Layer):
 
     def call(self, x):
         index = ops.cast(x, "int32")
-        y = ops.take(self.kernel, index, axis=0)
-        return y + self.bias if self.bias is not None else y
+        y = ops.take(self.blob(self.kernel), index, axis=0)
+        return y + self.blob(self.bias) if self.bias is not None else y
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.num_output)

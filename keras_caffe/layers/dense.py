@@ -41,8 +41,8 @@ class InnerProduct(Fillers, CaffeBlobs, keras.layers.Layer):
     def call(self, x):
         if len(x.shape) != self.axis + 1:
             x = ops.reshape(x, (*ops.shape(x)[:self.axis], -1))
-        y = ops.matmul(x, self.kernel)
-        return y + self.bias if self.bias is not None else y
+        y = ops.matmul(x, self.blob(self.kernel))
+        return y + self.blob(self.bias) if self.bias is not None else y
 
     def _rows_from_chw(self, rows_chw):
         """Reorder kernel rows from Caffe's (C, H, W) order to (H, W, C)."""

@@ -102,7 +102,7 @@ class PReLU(CaffeBlobs, _Elementwise):
         self.slope = self.add_weight(name="slope", shape=shape, initializer=self.slope_initializer)
 
     def call(self, x):
-        slope = ops.cast(self.slope, x.dtype)
+        slope = ops.cast(self.blob(self.slope), x.dtype)
         if not self.channel_shared:
             axis = self.axis % self.ndim
             slope = ops.reshape(slope, _broadcast_shape(self.ndim, [axis], slope.shape))
@@ -159,7 +159,7 @@ class Bias(CaffeBlobs, _Elementwise):
         if isinstance(inputs, (list, tuple)):
             x, b = inputs
         else:
-            x, b = inputs, self.bias
+            x, b = inputs, self.blob(self.bias)
         b = ops.reshape(ops.cast(b, x.dtype), _broadcast_shape(self.ndim, self.axes, self.dims))
         return x + b
 

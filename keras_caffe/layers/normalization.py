@@ -134,8 +134,9 @@ class BatchNormScale(BatchNorm):
     def call(self, x, training=None):
         inv, shift = self._normalizer(x, training)
         ndim = len(x.shape)
-        gamma = ops.cast(self.gamma, x.dtype)
-        offset = shift * gamma + (ops.cast(self.beta, x.dtype) if self.beta is not None else 0.0)
+        gamma = ops.cast(self.blob(self.gamma), x.dtype)
+        offset = shift * gamma + (ops.cast(self.blob(self.beta), x.dtype)
+                                  if self.beta is not None else 0.0)
         return x * self._broadcast(inv * gamma, ndim) + self._broadcast(offset, ndim)
 
     def caffe_blob_shapes(self):
@@ -188,9 +189,9 @@ class Scale(CaffeBlobs, keras.layers.Layer):
         if isinstance(inputs, (list, tuple)):
             x, gamma = inputs
         else:
-            x, gamma = inputs, self.gamma
+            x, gamma = inputs, self.blob(self.gamma)
         y = x * self._broadcast(gamma)
-        return y + self._broadcast(self.beta) if self.beta is not None else y
+        return y + self._broadcast(self.blob(self.beta)) if self.beta is not None else y
 
     def compute_output_shape(self, input_shape):
         if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
