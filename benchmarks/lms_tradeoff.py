@@ -92,18 +92,6 @@ def child(threshold, batch, steps):
                       "remat_layers": remat, "layers": len(model.layers) - 1}))
 
 
-def cpu_model():
-    """The CPU's model name (``/proc/cpuinfo``), or the platform's word for it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -124,7 +112,7 @@ def main(argv=None):
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     import tensorflow as tf
 
-    from keras_caffe.kernels import cpu_kernels
+    from keras_caffe.kernels import cpu_kernels, cpu_model
 
     print(f"machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores; TensorFlow "
           f"{tf.__version__} with {cpu_kernels()} CPU kernels; batch {args.batch}; fastest of "

@@ -11,6 +11,7 @@ im2col matrix), so LMS and the test suite ask which one is in use.
 
 import functools
 import os
+import platform
 
 
 @functools.lru_cache(maxsize=1)
@@ -32,6 +33,19 @@ def onednn_enabled():
 def cpu_kernels():
     """``"oneDNN"`` or ``"Eigen"``."""
     return "oneDNN" if onednn_enabled() else "Eigen"
+
+
+def cpu_model():
+    """The CPU's model name (``/proc/cpuinfo``), or the platform's word for it:
+    for the machine line of benchmarks."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":  # `python -m keras_caffe.kernels`: prints oneDNN or Eigen
