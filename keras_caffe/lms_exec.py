@@ -158,7 +158,6 @@ MMAP_THRESHOLD_MAX = 32 * 2 ** 20
 MMAP_THRESHOLD_MIN = 128 * 2 ** 10
 
 
-@functools.lru_cache(maxsize=None)
 def return_freed_blocks(threshold_bytes):
     """Make the C allocator hand freed blocks of ``threshold_bytes`` or more
     back to the system at once; returns the threshold set, or None where
@@ -174,7 +173,7 @@ def return_freed_blocks(threshold_bytes):
     activation), the retained memory raised LMS's step peak from 377 MiB to
     694 MiB with Eigen's kernels. Setting ``M_MMAP_THRESHOLD`` fixes the
     threshold (glibc then stops adjusting it); the cost is fresh, zeroed
-    pages for every large tensor. Process-wide, set once per value.
+    pages for every large tensor. Process-wide: the last plan's value holds.
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None

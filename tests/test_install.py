@@ -28,15 +28,13 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from keras_caffe._require import DISTRIBUTIONS
 from support import REPO
 from test_packaging import wheel  # noqa: F401  (the fixture: the wheel, built once per module)
 
-#: Distributions that install the ``tensorflow`` module (canonical names).
-TF_DISTS = {
-    "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
-    "tensorflow-aarch64", "tensorflow-cpu-aws", "tensorflow-rocm", "intel-tensorflow",
-    "tf-nightly", "tf-nightly-cpu", "tf-nightly-gpu", "tf-nightly-intel", "tf-nightly-macos",
-}
+#: Distributions that install the ``tensorflow`` module (canonical names): the
+#: package's own list, which its import check reads.
+TF_DISTS = set(DISTRIBUTIONS)
 INSTALL_LINE = "pip install 'keras-caffe[tensorflow]'"
 ERROR = "keras_caffe.errors.TensorFlowRequirementError"
 MISSING = f"keras-caffe needs TensorFlow >= 2.16 and none is installed: {INSTALL_LINE}"

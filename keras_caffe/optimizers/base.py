@@ -154,12 +154,12 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
-        pairs = [(g, v) for g, v in zip(grads, trainable_variables)
-                 if g is not None or self.frozen(v)]
+        frozen = [self.frozen(v) for v in trainable_variables]
+        pairs = [(ops.zeros(v.shape, v.dtype) if f else g, v)
+                 for g, v, f in zip(grads, trainable_variables, frozen) if g is not None or f]
         if not pairs:
             return super().apply(grads, trainable_variables)  # Keras's error
-        grads = [ops.zeros(v.shape, v.dtype) if self.frozen(v) else ops.convert_to_tensor(g)
-                 for g, v in pairs]
+        grads = [ops.convert_to_tensor(g) for g, _ in pairs]
         return self.caffe_apply(grads, [v for _, v in pairs])
 
     def frozen(self, variable):
