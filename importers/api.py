@@ -103,6 +103,15 @@ def caffe_parts(model):
     return parts
 
 
+def caffe_sharers(model):
+    """``{sharer Caffe layer name: owner Caffe layer name}``: the layers that
+    share all their blobs with another (``param { name }``), whose Keras layer
+    they reuse (``keras_caffe.importers.sharing``)."""
+    return {sharer: layer.caffe_parts[0][0]
+            for layer in model.layers if isinstance(layer, CaffeBlobs)
+            for sharer in layer.caffe_sharers}
+
+
 def caffe_layers(model):
     """``{Caffe layer name: Keras layer}`` for the Caffe layers that hold blobs."""
     return {name: part[0] for name, part in caffe_parts(model).items()}
@@ -113,12 +122,17 @@ def load_into(model, weights, source="<weights>"):
 
     Layers in the weights that the net lacks are ignored (as Caffe ignores
     them); layers the weights lack keep their initial values, with a warning.
+    A layer sharing another's parameters (``param { name }``) loads into the
+    shared blobs, the later of the two in the file winning, as in Caffe's
+    ``CopyTrainedLayersFrom``; an owner's blobs alone suffice (Caffe's HDF5
+    files hold no others).
     """
     parts = {name: part for name, part in caffe_parts(model).items() if part[2]}
+    sharers = {s: o for s, o in caffe_sharers(model).items() if o in parts}
     by_layer = {}
     for caffe_name, blobs in weights.items():
-        if caffe_name in parts:
-            layer, start, count, _ = parts[caffe_name]
+        if caffe_name in parts or caffe_name in sharers:
+            layer, start, count, _ = parts[sharers.get(caffe_name, caffe_name)]
             by_layer.setdefault(id(layer), (layer, {}))[1][start] = (caffe_name, count, blobs)
     for layer, given in by_layer.values():
         expected = layer.caffe_blob_shapes()
@@ -131,7 +145,9 @@ def load_into(model, weights, source="<weights>"):
                                    f"the net needs {count} {expected[start:start + count]}")
             current[start:start + count] = blobs
         layer.set_caffe_blobs(current)
-    missing = sorted(set(parts) - set(weights))
+    missing = sorted(name for name in parts
+                     if name not in weights and not any(
+                         sharers[s] == name and s in weights for s in sharers))
     if missing:
         warnings.warn(f"{source}: no weights for layer(s) {', '.join(missing)}; "
                       "they keep their initial values", stacklevel=3)

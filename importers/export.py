@@ -36,10 +36,21 @@ def export_caffemodel(model, path):
 def caffemodel_proto(model, blobs):
     """A ``NetParameter`` holding ``blobs`` (``{Caffe layer name: [arrays]}``,
     in the order given): one ``layer { name type blobs }`` per layer, the type
-    from ``model``'s layer, what ``Net::CopyTrainedLayersFrom`` reads."""
-    from keras_caffe.importers.api import caffe_parts
+    from ``model``'s layer, what ``Net::CopyTrainedLayersFrom`` reads.
+
+    A layer sharing another's parameters gets the owner's blobs too, as
+    Caffe's ``Net::ToProto`` writes them; the layers follow the prototxt's
+    order where the model knows it (``caffe_layer_order``)."""
+    from keras_caffe.importers.api import caffe_parts, caffe_sharers
 
     types = {name: part[3] for name, part in caffe_parts(model).items()}
+    sharers = {s: o for s, o in caffe_sharers(model).items() if o in blobs}
+    types.update((s, types[o]) for s, o in sharers.items())
+    blobs = {**blobs, **{s: blobs[o] for s, o in sharers.items()}}
+    if sharers:
+        order = getattr(model, "caffe_layer_order", None) or []
+        rank = {name: i for i, name in enumerate(order)}
+        blobs = dict(sorted(blobs.items(), key=lambda item: rank.get(item[0], len(rank))))
     net = caffe_pb2.NetParameter(name=model.name)
     for name, layer_blobs in blobs.items():
         entry = net.layer.add(name=name, type=types[name] or "")

@@ -26,6 +26,9 @@ from keras_caffe.errors import (
 )
 from keras_caffe.importers.datasources import DATA_LAYER_TYPES
 from keras_caffe.importers.registry import get_converter, registered_types
+from keras_caffe.importers.sharing import ParamSharing
+from keras_caffe.layers import CaffeBlobs
+from keras_caffe.layers.gradient import StopGradient, TopLoss
 
 #: Largest number of values one layer's weights or one blob may have
 #: (4 GiB of float32): larger requests are refused before allocating.
@@ -52,6 +55,10 @@ class Context:
         self.batchnorm_scale = {}
         #: {top: shape without the batch} overriding Input / data layer shapes.
         self.input_shapes = {}
+        #: Owners and sharers of named parameters (``param { name }``).
+        self.sharing = ParamSharing()
+        #: The Caffe layer being converted (a LayerParameter).
+        self.layer = None
 
     # -- naming --------------------------------------------------------------
 
@@ -125,9 +132,20 @@ class Context:
         image = keras.layers.Permute((3, 1, 2), name=self.keras_name(name, "_to_nchw"))(image)
         return Blob(keras.layers.Flatten(name=self.keras_name(name, "_flatten_chw"))(image))
 
+    def apply(self, keras_layer, inputs):
+        """``keras_layer(inputs)`` for the layer being converted; where that
+        Caffe layer shares its parameters with an earlier one (``param {
+        name }``), the earlier one's Keras layer is applied instead, so the
+        variables are one (see ``keras_caffe.importers.sharing``).
+        Converters apply every blob-holding layer through this."""
+        if isinstance(keras_layer, CaffeBlobs) and self.layer is not None \
+                and any(spec.name for spec in self.layer.param):
+            keras_layer = self.sharing.layer_for(self.layer, keras_layer, inputs)
+        return keras_layer(inputs)
+
     def elementwise(self, keras_layer, blob):
         """Apply a layer that keeps shape and element order."""
-        return self.same_layout(keras_layer(blob.tensor), blob)
+        return self.same_layout(self.apply(keras_layer, blob.tensor), blob)
 
     def same_layout(self, tensor, blob):
         """A Blob for an elementwise result of ``blob``."""
@@ -207,9 +225,10 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
             if blobs[bottom].tensor is None:
                 raise LayerError(layer.name, f"reads {bottom!r}, a loss or metric output; "
                                              "only the training loop reads those")
-        bottoms = [blobs[b] for b in layer.bottom]
-        tops = _convert(layer, bottoms, ctx)
         label_bottoms = getattr(get_converter(layer.type), "label_bottoms", ())
+        bottoms = _propagate_down(layer, [blobs[b] for b in layer.bottom], ctx, label_bottoms)
+        tops = _loss_weights(layer, _convert(layer, bottoms, ctx), ctx)
+        _check_loss_propagation(layer, ctx, label_bottoms)
         used.update(b for i, b in enumerate(layer.bottom) if i not in label_bottoms)
         if layer.type == "Input" or layer.type in DATA_LAYER_TYPES:
             inputs.update((top, t.tensor) for top, t in zip(layer.top, tops))
@@ -247,35 +266,12 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     #: The net's layer names in prototxt order: Caffe's order of learnable
     #: parameters (``Net::learnable_params``), which solverstates follow.
     model.caffe_layer_order = [layer.name for layer in net.layer]
-    _attach_param_specs(net, model)
-    return model, blobs
-
-
-def _attach_param_specs(net, model):
-    """Record each layer's ``param { lr_mult decay_mult }`` on its Keras layer."""
     from keras_caffe.importers.api import caffe_parts
 
-    parts = caffe_parts(model)
-    owners = {}
-    for layer in net.layer:
-        for spec in layer.param:
-            if spec.name:
-                if spec.name in owners and owners[spec.name] != layer.name:
-                    raise LayerError(layer.name, f"shares parameter {spec.name!r} with layer "
-                                                 f"{owners[spec.name]!r}; weight sharing is not "
-                                                 "supported")
-                owners[spec.name] = layer.name
-        if layer.name in parts:
-            target, start, count, caffe_type = parts[layer.name]
-            specs = list(layer.param)[:count]
-            specs += [None] * (count - len(specs))
-            # Caffe's BatchNorm gives its statistics lr_mult 0 unless told otherwise.
-            default = [0.0, 1.0] if caffe_type == "BatchNorm" else [1.0, 1.0]
-            multipliers = (list(target.param_multipliers)
-                           or [[1.0, 1.0]] * len(target.caffe_variables()))
-            multipliers[start:start + count] = [
-                [spec.lr_mult, spec.decay_mult] if spec is not None else default for spec in specs]
-            target.param_multipliers = multipliers
+    # Each layer's ``param { lr_mult decay_mult }`` on its Keras layer,
+    # sharers' merged into their owner's as Caffe does.
+    ctx.sharing.resolve_multipliers(net, caffe_parts(model))
+    return model, blobs
 
 
 def _batchnorm_scale_pairs(net, outputs):
@@ -284,7 +280,8 @@ def _batchnorm_scale_pairs(net, outputs):
     pairs = {}
     layers = list(net.layer)
     for i, bn in enumerate(layers):
-        if bn.type != "BatchNorm" or len(bn.top) != 1 or bn.top[0] in outputs:
+        if bn.type != "BatchNorm" or len(bn.top) != 1 or bn.top[0] in outputs \
+                or any(spec.name for spec in bn.param):
             continue
         blob, readers = bn.top[0], []
         for later in layers[i + 1:]:
@@ -296,7 +293,8 @@ def _batchnorm_scale_pairs(net, outputs):
             continue
         scale = readers[0]
         p = scale.scale_param
-        if len(scale.bottom) == 1 and p.axis in (1, -3) and p.num_axes == 1:
+        if len(scale.bottom) == 1 and p.axis in (1, -3) and p.num_axes == 1 \
+                and not any(spec.name for spec in scale.param):
             pairs[bn.name] = scale
     return pairs
 
@@ -317,8 +315,10 @@ def _check_types(net, source):
 
 def _convert(layer, bottoms, ctx):
     fn = get_converter(layer.type)
+    ctx.layer = layer
     try:
         tops = fn(layer, bottoms, ctx)
+        ctx.sharing.check_applied(layer)
     except CaffeImportError:
         raise
     except (ValueError, TypeError, IndexError) as err:
@@ -337,6 +337,54 @@ def _convert(layer, bottoms, ctx):
                                          f"{ctx.caffe_shape(blob)}")
         ctx.check_size(layer, int(np.prod(dims, dtype=np.int64)), what=f"top {top!r} per sample")
     return tops
+
+
+def _propagate_down(layer, bottoms, ctx, label_bottoms):
+    """The bottoms as ``layer`` reads them: with their gradient stopped where
+    its ``propagate_down`` is false (``Net::Init``: no diff for that bottom)."""
+    flags = list(layer.propagate_down)
+    if not flags:
+        return bottoms
+    if len(flags) != len(bottoms):
+        raise LayerError(layer.name, f"propagate_down must be given 0 or {len(bottoms)} times "
+                                     f"(once per bottom), got {len(flags)}")
+    out = []
+    for i, (blob, flag) in enumerate(zip(bottoms, flags)):
+        if not flag and blob.tensor is not None and i not in label_bottoms:
+            stop = StopGradient(name=ctx.keras_name(layer.name, f"_no_backward_{i}"))
+            blob = ctx.same_layout(stop(blob.tensor), blob)
+        out.append(blob)
+    return out
+
+
+def _check_loss_propagation(layer, ctx, label_bottoms):
+    """A loss reads its prediction by blob name, so ``propagate_down: false``
+    on it cannot stop its gradient: refused, not silently ignored."""
+    flags = list(layer.propagate_down)
+    stopped = [layer.bottom[i] for i, flag in enumerate(flags)
+               if not flag and i not in label_bottoms]
+    if stopped and any(o.is_loss and o.top == _top(layer) for o in ctx.training.outputs):
+        raise LayerError(layer.name, f"propagate_down: false on the loss's prediction "
+                                     f"{stopped[0]!r} (a loss that trains nothing) is not "
+                                     "supported; loss_weight: 0 trains nothing either")
+
+
+def _loss_weights(layer, tops, ctx):
+    """Tops with a ``loss_weight`` that a loss layer does not take itself (a
+    non-loss layer's): their weighted sum joins the objective (``TopLoss``)."""
+    weights = list(layer.loss_weight)
+    if not weights:
+        return tops
+    if len(weights) != len(layer.top):
+        raise LayerError(layer.name, f"loss_weight must be given 0 or {len(layer.top)} times "
+                                     f"(once per top), got {len(weights)}")
+    out = []
+    for i, (blob, weight) in enumerate(zip(tops, weights)):
+        if weight != 0 and blob.tensor is not None:
+            loss = TopLoss(weight, name=ctx.keras_name(layer.name, f"_loss_weight_{i}"))
+            blob = ctx.same_layout(loss(blob.tensor), blob)
+        out.append(blob)
+    return out
 
 
 def _output(blob, name, ctx):

@@ -245,7 +245,7 @@ def bias(layer, bottoms, ctx):
             b_axes = list(range(k))
         axes = b_axes
     bias_layer = layers.Bias(axes=axes, name=name, caffe_name=layer.name)
-    return [ctx.same_layout(bias_layer([x.tensor, b.tensor]), x)]
+    return [ctx.same_layout(ctx.apply(bias_layer, [x.tensor, b.tensor]), x)]
 
 
 def _caffe_axes(ctx, blob):

@@ -42,4 +42,4 @@ def inner_product(layer, bottoms, ctx):
         transpose=p.transpose, chw=chw, name=ctx.keras_name(layer.name), caffe_name=layer.name,
         **fillers(p, weight_shape, (p.num_output,)),
     )
-    return [Blob(dense(bottom.tensor))]
+    return [Blob(ctx.apply(dense, bottom.tensor))]

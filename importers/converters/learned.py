@@ -30,7 +30,8 @@ def deconvolution(layer, bottoms, ctx):
         caffe_name=layer.name,
         **fillers(p, (channels, p.num_output // p.group, *kernel), (p.num_output,)),
     )
-    return [ctx.image_output(deconv(ctx.as_image(bottom, layer))) for bottom in bottoms]
+    return [ctx.image_output(ctx.apply(deconv, ctx.as_image(bottom, layer)))
+            for bottom in bottoms]
 
 
 @converter("Embed")
@@ -51,4 +52,4 @@ def embed(layer, bottoms, ctx):
     lookup = Embed(p.num_output, p.input_dim, bias_term=p.bias_term,
                    name=ctx.keras_name(layer.name), caffe_name=layer.name,
                    **fillers(p, (p.input_dim, p.num_output), (p.num_output,)))
-    return [Blob(lookup(bottom.tensor))]
+    return [Blob(ctx.apply(lookup, bottom.tensor))]

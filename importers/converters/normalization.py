@@ -71,5 +71,5 @@ def scale(layer, bottoms, ctx):
                                name=ctx.keras_name(layer.name), caffe_name=layer.name)
     if len(bottoms) == 2:
         factor = ctx.caffe_order(bottoms[1], layer)
-        return [ctx.same_layout(scale_layer([x.tensor, factor.tensor]), x)]
+        return [ctx.same_layout(ctx.apply(scale_layer, [x.tensor, factor.tensor]), x)]
     return [ctx.elementwise(scale_layer, x)]

@@ -21,7 +21,7 @@ def convolution(layer, bottoms, ctx):
         **fillers(p, (p.num_output, channels // p.group, *kernel), (p.num_output,)),
     )
     # Several bottoms share the weights, one top each (as in Caffe).
-    return [ctx.image_output(conv(ctx.as_image(b, layer))) for b in bottoms]
+    return [ctx.image_output(ctx.apply(conv, ctx.as_image(b, layer))) for b in bottoms]
 
 
 @converter("Pooling")

@@ -19,17 +19,24 @@ class CaffeBlobs:
 
     caffe_type = None
 
-    def __init__(self, *args, caffe_name=None, param_multipliers=None, **kwargs):
+    def __init__(self, *args, caffe_name=None, param_multipliers=None, caffe_sharers=None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         # Keras forbids '/' in layer names, which Caffe nets use freely.
         self.caffe_name = caffe_name or self.name
         #: Caffe's ``param { lr_mult decay_mult }`` per blob, [[lr, decay], ...].
         self.param_multipliers = [list(map(float, m)) for m in (param_multipliers or [])]
+        #: The Caffe layers that share all of this layer's blobs (``param {
+        #: name }``): this Keras layer is applied for them too, so they use
+        #: its variables and their gradients add up, as in Caffe.
+        self.caffe_sharers = [str(n) for n in (caffe_sharers or [])]
 
     def get_config(self):
         config = super().get_config()
         config["caffe_name"] = self.caffe_name
         config["param_multipliers"] = self.param_multipliers
+        if self.caffe_sharers:
+            config["caffe_sharers"] = self.caffe_sharers
         return config
 
     @property
