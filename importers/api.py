@@ -117,37 +117,72 @@ def caffe_layers(model):
     return {name: part[0] for name, part in caffe_parts(model).items()}
 
 
-def load_into(model, weights, source="<weights>"):
-    """Load ``{Caffe layer name: [blobs]}`` into the model's layers.
+class CopyReport:
+    """What ``copy_layers`` did: ``copied`` (Caffe layers of the net given
+    their blobs), ``ignored`` (layers of the weights the net lacks, which
+    Caffe logs as "Ignoring source layer") and ``kept`` (layers of the net
+    with blobs the weights lack: they keep their fillers' values, as a
+    renamed layer does when fine-tuning)."""
 
-    Layers in the weights that the net lacks are ignored (as Caffe ignores
-    them); layers the weights lack keep their initial values, with a warning.
-    A layer sharing another's parameters (``param { name }``) loads into the
-    shared blobs, the later of the two in the file winning, as in Caffe's
-    ``CopyTrainedLayersFrom``; an owner's blobs alone suffice (Caffe's HDF5
+    def __init__(self, copied, ignored, kept):
+        self.copied, self.ignored, self.kept = list(copied), list(ignored), list(kept)
+
+    def __repr__(self):
+        return (f"CopyReport(copied={self.copied}, ignored={self.ignored}, "
+                f"kept={self.kept})")
+
+
+def copy_layers(model, weights, source="<weights>"):
+    """Caffe's ``Net::CopyTrainedLayersFrom``: load ``{Caffe layer name:
+    [blobs]}`` into the model's layers of the same names; returns a
+    ``CopyReport``.
+
+    A blob of another shape is refused as Caffe refuses it (rename the layer
+    to learn it from scratch). A layer sharing another's parameters (``param
+    { name }``) loads into the shared blobs, the later of the two in the
+    file winning, as in Caffe; an owner's blobs alone suffice (Caffe's HDF5
     files hold no others).
     """
+    from keras_caffe.errors import WeightsError
+
     parts = {name: part for name, part in caffe_parts(model).items() if part[2]}
     sharers = {s: o for s, o in caffe_sharers(model).items() if o in parts}
-    by_layer = {}
+    by_layer, copied, ignored = {}, [], []
     for caffe_name, blobs in weights.items():
-        if caffe_name in parts or caffe_name in sharers:
-            layer, start, count, _ = parts[sharers.get(caffe_name, caffe_name)]
-            by_layer.setdefault(id(layer), (layer, {}))[1][start] = (caffe_name, count, blobs)
+        if caffe_name not in parts and caffe_name not in sharers:
+            ignored.append(caffe_name)
+            continue
+        copied.append(caffe_name)
+        layer, start, count, _ = parts[sharers.get(caffe_name, caffe_name)]
+        by_layer.setdefault(id(layer), (layer, {}))[1][start] = (caffe_name, count, blobs)
+    hint = ("To learn this layer's parameters from scratch rather than copying from a saved "
+            "net, rename the layer.")
     for layer, given in by_layer.values():
         expected = layer.caffe_blob_shapes()
         current = layer.caffe_blobs() if len(given) < len(layer.caffe_parts) else [None] * len(expected)
         for start, (caffe_name, count, blobs) in given.items():
             if len(blobs) != count:
-                from keras_caffe.errors import WeightsError
-
-                raise WeightsError(f"layer {caffe_name!r}: {len(blobs)} blobs in the weights, "
-                                   f"the net needs {count} {expected[start:start + count]}")
+                raise WeightsError(f"{source}: layer {caffe_name!r}: {len(blobs)} blobs in the "
+                                   f"weights, the net needs {count} "
+                                   f"{expected[start:start + count]}. {hint}")
             current[start:start + count] = blobs
-        layer.set_caffe_blobs(current)
-    missing = sorted(name for name in parts
-                     if name not in weights and not any(
-                         sharers[s] == name and s in weights for s in sharers))
-    if missing:
-        warnings.warn(f"{source}: no weights for layer(s) {', '.join(missing)}; "
+        try:
+            layer.set_caffe_blobs(current)
+        except WeightsError as err:
+            raise WeightsError(f"{source}: {err} {hint}") from None
+    kept = [name for name in parts
+            if name not in weights and not any(sharers[s] == name and s in weights
+                                               for s in sharers)]
+    return CopyReport(copied, ignored, kept)
+
+
+def load_into(model, weights, source="<weights>"):
+    """Load ``{Caffe layer name: [blobs]}`` into the model's layers
+    (``copy_layers``), warning about layers the weights lack: they keep
+    their initial values. Layers in the weights that the net lacks are
+    ignored, as Caffe ignores them."""
+    report = copy_layers(model, weights, source)
+    if report.kept:
+        warnings.warn(f"{source}: no weights for layer(s) {', '.join(sorted(report.kept))}; "
                       "they keep their initial values", stacklevel=3)
+    return report

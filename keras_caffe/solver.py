@@ -34,6 +34,7 @@ batch; the rate is the solver file's unless ``scale_lr`` is given.
 """
 
 import os
+import sys
 import time
 
 import keras
@@ -41,7 +42,7 @@ import tensorflow as tf
 
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 from keras_caffe.distributed.faults import failures
-from keras_caffe.errors import KerasCaffeError, SolverError
+from keras_caffe.errors import KerasCaffeError, SolverError, WeightsError
 from keras_caffe.importers.data_errors import pipeline_errors
 from keras_caffe.net_step import NetOutputs, resolve_jit, test_function, train_function
 from keras_caffe.proto import caffe_pb2
@@ -184,15 +185,43 @@ class Solver:
 
     def copy_from(self, weights):
         """Load ``.caffemodel`` weights into the train net (Caffe's ``-weights``;
-        test nets share the train net's weights at each test)."""
-        from keras_caffe.importers.api import load_into
+        test nets share the train net's weights at each test).
+
+        Layers are copied by name (``Net::CopyTrainedLayersFrom``): layers of
+        the file the net lacks are ignored, layers of the net the file lacks
+        (renamed for fine-tuning, or new) keep their fillers' values; both
+        are reported. Weights sharing no layer name with the net are refused:
+        they are another net's. Returns the ``CopyReport`` of each file.
+        """
+        from keras_caffe.importers.api import copy_layers
         from keras_caffe.importers.weights import load_weights
 
         paths = weights.split(",") if isinstance(weights, str) else list(weights)
+        reports = []
         for path in paths:
             if self._log:
                 self._log.info(f"Finetuning from {path}", "solver.cpp:72")
-            load_into(self.net, load_weights(path), source=str(path))
+            found = load_weights(path)
+            report = copy_layers(self.net, found, source=str(path))
+            if not report.copied:
+                raise WeightsError(
+                    f"{path}: none of its layers ({_names(found)}) is a layer of the net with "
+                    f"blobs ({_names(report.kept)}): weights of another net? Caffe copies "
+                    "weights by layer name")
+            self._report_copy(path, report)
+            reports.append(report)
+        return reports
+
+    def _report_copy(self, path, report):
+        lines = [f"Copied {len(report.copied)} layer(s) from {path}: {_names(report.copied)}"]
+        lines += [f"Ignoring source layer {name}" for name in report.ignored]
+        if report.kept:
+            lines.append(f"Not in {path}, learned from their fillers: {_names(report.kept)}")
+        for line in lines:
+            if self._log:
+                self._log.info(line)
+            elif self._progress:
+                print(line, file=sys.stderr)
 
     # -- Caffe's loop --------------------------------------------------------------
 
@@ -519,3 +548,7 @@ def _single():
 def get_solver(path, **kwargs):
     """pycaffe's ``caffe.get_solver``: a ``Solver`` for a solver file."""
     return Solver(path, **kwargs)
+
+
+def _names(names):
+    return ", ".join(names) if names else "none"

@@ -86,3 +86,18 @@ def apply_update(solver, hp, params, diffs, state, it, lr_mults=None, decay_mult
             d = d + decay * (p if regularization == "L2" else np.sign(p))
         out.append(p - solver_step(solver, hp, p, d, hp["lr"] * lr_mults[i], state, i, it))
     return out
+
+
+def mlp_softmax_diffs(params, x, y):
+    """float64 diffs of the mean softmax cross-entropy (SoftmaxWithLoss,
+    VALID) of InnerProduct -> ReLU -> InnerProduct, params in Keras's layout
+    ((in, out) kernels): ``[dW1, db1, dW2, db2]``."""
+    w1, b1, w2, b2 = params
+    z1 = x @ w1 + b1
+    h = np.maximum(z1, 0.0)
+    z2 = h @ w2 + b2
+    p = np.exp(z2 - z2.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz2 = (p - np.eye(z2.shape[1])[y]) / len(x)
+    dz1 = (dz2 @ w2.T) * (z1 > 0)
+    return [x.T @ dz1, dz1.sum(0), h.T @ dz2, dz2.sum(0)]

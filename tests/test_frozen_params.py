@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import keras_caffe
-from caffe_reference import apply_update
+from caffe_reference import apply_update, mlp_softmax_diffs
 from keras_caffe.importers import training_args
 
 N, D, H, K = 16, 20, 16, 5
@@ -53,16 +53,7 @@ def mlp():
 
 
 def numpy_diffs(params, x, y):
-    """float64 gradients of the mean softmax cross-entropy of the MLP."""
-    w1, b1, w2, b2 = params
-    z1 = x @ w1 + b1
-    h = np.maximum(z1, 0.0)
-    z2 = h @ w2 + b2
-    p = np.exp(z2 - z2.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    dz2 = (p - np.eye(K)[y]) / len(x)
-    dz1 = (dz2 @ w2.T) * (z1 > 0)
-    return [x.T @ dz1, dz1.sum(0), h.T @ dz2, dz2.sum(0)]
+    return mlp_softmax_diffs(params, x, y)
 
 
 def reference(solver, lr_mults, iter_size, net_init_rule=True, init=INIT, batches=None,
