@@ -59,6 +59,8 @@ class Context:
         self.sharing = ParamSharing()
         #: The Caffe layer being converted (a LayerParameter).
         self.layer = None
+        #: Blobs a converter made beyond its tops (``add_blob``).
+        self.extra_blobs = {}
 
     # -- naming --------------------------------------------------------------
 
@@ -142,6 +144,11 @@ class Context:
                 and any(spec.name for spec in self.layer.param):
             keras_layer = self.sharing.layer_for(self.layer, keras_layer, inputs)
         return keras_layer(inputs)
+
+    def add_blob(self, name, blob):
+        """Name a blob the converter makes beyond its tops (ContrastiveLoss's
+        stacked features: its prediction, and so a model output)."""
+        self.extra_blobs[name] = blob
 
     def elementwise(self, keras_layer, blob):
         """Apply a layer that keeps shape and element order."""
@@ -229,6 +236,11 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
         bottoms = _propagate_down(layer, [blobs[b] for b in layer.bottom], ctx, label_bottoms)
         tops = _loss_weights(layer, _convert(layer, bottoms, ctx), ctx)
         _check_loss_propagation(layer, ctx, label_bottoms)
+        for extra, blob in ctx.extra_blobs.items():
+            if extra in blobs:
+                raise LayerError(layer.name, f"makes blob {extra!r}, which the net already has")
+            blobs[extra] = blob
+        ctx.extra_blobs.clear()
         used.update(b for i, b in enumerate(layer.bottom) if i not in label_bottoms)
         if layer.type == "Input" or layer.type in DATA_LAYER_TYPES:
             inputs.update((top, t.tensor) for top, t in zip(layer.top, tops))

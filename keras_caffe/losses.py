@@ -139,6 +139,45 @@ class HingeLoss(_CaffeLoss):
 
 
 @register
+class ContrastiveLoss(_CaffeLoss):
+    """Caffe's ContrastiveLoss (caffe/src/caffe/layers/contrastive_loss_layer.cpp).
+
+    ``y_pred`` joins the two feature blobs, (N, 2C): a then b; ``y_true`` is the
+    similarity label (non-zero: similar). With ``d`` the Euclidean distance
+    of a pair, the loss is ``sum(similar ? d^2 : max(margin - d, 0)^2) / 2N``
+    (``legacy_version``: ``max(margin - d^2, 0)`` for dissimilar pairs).
+    The gradient is Caffe's, whose dissimilar-pair term divides by
+    ``d + 1e-4`` rather than ``d``: finite at ``d = 0``.
+    """
+
+    def __init__(self, margin=1.0, legacy_version=False, name="contrastive_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.margin = float(margin)
+        self.legacy_version = bool(legacy_version)
+
+    def call(self, y_true, y_pred):
+        channels = y_pred.shape[-1] // 2
+        diff = y_pred[:, :channels] - y_pred[:, channels:]
+        dist_sq = ops.sum(ops.square(diff), axis=-1)
+        similar = ops.not_equal(ops.cast(ops.reshape(y_true, ops.shape(dist_sq)), "int32"), 0)
+        if self.legacy_version:
+            apart = ops.maximum(self.margin - dist_sq, 0.0)
+        else:
+            # value max(margin - d, 0)^2; its gradient in dist_sq is Caffe's
+            # -(margin - d) / (d + 1e-4) where margin > d, else 0.
+            dist = ops.sqrt(ops.stop_gradient(dist_sq))
+            gap = ops.maximum(self.margin - dist, 0.0)
+            slope = -gap / (dist + 1e-4)
+            apart = ops.square(gap) + slope * (dist_sq - ops.stop_gradient(dist_sq))
+        per_pair = ops.where(similar, dist_sq, apart)
+        batch = ops.cast(ops.shape(dist_sq)[0], dist_sq.dtype)
+        return ops.sum(per_pair) / (2.0 * batch)
+
+    def get_config(self):
+        return {"name": self.name, "margin": self.margin, "legacy_version": self.legacy_version}
+
+
+@register
 class Accuracy(keras.metrics.Metric):
     """Caffe's Accuracy: a position counts as right when fewer than ``top_k``
     classes score strictly higher than the label's (ties count as right);

@@ -7,6 +7,8 @@ metric with Caffe's semantics; ``keras_caffe.importers.training_args(model)``
 turns the record into ``compile`` arguments.
 """
 
+import keras
+
 from keras_caffe import losses
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
@@ -73,6 +75,41 @@ def hinge_loss(layer, bottoms, ctx):
     """HingeLoss, norm L1 or L2."""
     norm = caffe_pb2.HingeLossParameter.Norm.Name(layer.hinge_loss_param.norm)
     return _loss(layer, bottoms, ctx, losses.HingeLoss(norm=norm, name=layer.name.replace("/", "_")))
+
+
+@converter("ContrastiveLoss")
+def contrastive_loss(layer, bottoms, ctx):
+    """ContrastiveLoss (margin, legacy_version): bottoms a, b ((N, C) or
+    (N, C, 1, 1)) and the similarity label. The two features are joined
+    into one prediction blob, ``<layer>_pair`` (N, 2C): a then b, the loss's
+    model output."""
+    if len(bottoms) != 3:
+        raise LayerError(layer.name, f"(ContrastiveLoss) takes two features and a similarity "
+                                     f"label, got {len(bottoms)} bottom(s)")
+    shapes = [ctx.caffe_shape(b) for b in bottoms[:2]]
+    for shape in shapes:
+        rest = [d for d in shape[2:] if d != 1]
+        if len(shape) < 2 or rest:
+            raise LayerError(layer.name, f"features must be (N, C) or (N, C, 1, 1), got {shape}")
+    if shapes[0][1] != shapes[1][1]:
+        raise LayerError(layer.name, f"the two features differ in size: {shapes[0]} and "
+                                     f"{shapes[1]}")
+    channels = shapes[0][1]
+    rows = [keras.layers.Reshape((channels,), name=ctx.keras_name(layer.name, f"_feature{i}"))(
+        ctx.caffe_order(b, layer).tensor) for i, b in enumerate(bottoms[:2])]
+    pair = keras.layers.Concatenate(axis=1, name=ctx.keras_name(layer.name, "_pair"))(rows)
+    name = f"{layer.name}_pair"
+    ctx.add_blob(name, Blob(pair))
+    p = layer.contrastive_loss_param
+    weight = layer.loss_weight[0] if layer.loss_weight else 1.0
+    ctx.training.add_loss(layer, prediction=name, label=layer.bottom[2], weight=weight,
+                          loss=losses.ContrastiveLoss(margin=p.margin,
+                                                      legacy_version=p.legacy_version,
+                                                      name=layer.name.replace("/", "_")))
+    return [Blob(None, "loss")]
+
+
+contrastive_loss.label_bottoms = (2,)
 
 
 @converter("Accuracy")
