@@ -78,6 +78,15 @@ def _first_batch(imported, phase, data_format):
     for top, tensor in zip(model.caffe_inputs, model.inputs):
         shape = tuple(1 if d is None else d for d in tensor.shape)
         batch[top] = tf.constant(rng.standard_normal(shape).astype("float32"))
+    # Label tops of Input layers are targets, not model inputs: zeros (class
+    # 0), what a fresh Caffe input blob holds.
+    size = next(iter(batch.values())).shape[0] if batch else 1
+    spec = getattr(model, "caffe_training", None)
+    for top in (set(spec.labels.values()) if spec else ()):
+        blob = imported.blobs.get(top)
+        if top not in batch and blob is not None and blob.tensor is not None:
+            shape = (size, *(1 if d is None else d for d in blob.tensor.shape[1:]))
+            batch[top] = tf.zeros(shape, "float32")
     return batch
 
 

@@ -300,3 +300,16 @@ layer { name: "sc" type: "Scale" bottom: "a" top: "a" scale_param { bias_term: t
 """
     model = keras_caffe.import_model(text)
     assert [type(layer).__name__ for layer in model.layers[1:]] == ["BatchNorm", "Scale"]
+
+
+def test_time_runs_a_train_net_whose_labels_come_from_an_input_layer():
+    """``keras-caffe time`` feeds label tops of Input layers zeros (class 0),
+    as a fresh Caffe blob holds; it used to fail with a KeyError inside
+    TensorFlow."""
+    import math
+
+    from keras_caffe.timing import time_net
+
+    report = time_net(NET, iterations=1, phase="TRAIN")
+    assert math.isfinite(report.initial_loss) and report.initial_loss > 0
+    assert {"ip1", "ip2"} <= {t.name for t in report.layers}
