@@ -23,6 +23,8 @@ from caffe_reference import apply_update, mlp_softmax_diffs
 from keras_caffe.errors import WeightsError
 from keras_caffe.importers.api import caffe_layers
 
+pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
+
 ITERATIONS = 12
 
 

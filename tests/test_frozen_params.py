@@ -20,6 +20,8 @@ import keras_caffe
 from caffe_reference import apply_update, mlp_softmax_diffs
 from keras_caffe.importers import training_args
 
+pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
+
 N, D, H, K = 16, 20, 16, 5
 RNG = np.random.RandomState(14)
 X = RNG.randn(N, D).astype("float32")

@@ -19,6 +19,8 @@ from keras_caffe.errors import LayerError
 from keras_caffe.importers import training_args
 from keras_caffe.net_step import NetOutputs
 
+pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
+
 N, D, H, K = 8, 6, 5, 3
 RNG = np.random.RandomState(7)
 X = RNG.randn(N, D).astype("float32")

@@ -22,6 +22,8 @@ import keras_caffe
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import training_args
 
+pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
+
 DATA = pathlib.Path(__file__).parent / "data"
 RNG = np.random.RandomState(5)
 

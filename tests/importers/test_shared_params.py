@@ -24,6 +24,8 @@ from keras_caffe.errors import LayerError
 from keras_caffe.importers import load_snapshot, save_snapshot, training_args
 from keras_caffe.importers.weights import load_weights
 
+pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
+
 DATA = pathlib.Path(__file__).parent / "data"
 NET = (DATA / "siamese_mlp.prototxt").read_text()
 N, D, H, K = 16, 20, 16, 5
