@@ -5,7 +5,7 @@ import warnings
 from keras_caffe.errors import CaffeImportError
 from keras_caffe.importers.fold import fold_batchnorm as fold
 from keras_caffe.importers.graph import build_model
-from keras_caffe.importers.netfile import filter_net, net_state, read_net
+from keras_caffe.importers.netfile import load_net, net_state
 from keras_caffe.importers.weights import load_weights
 from keras_caffe.layers import CaffeBlobs
 
@@ -73,8 +73,9 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
         raise CaffeImportError(
             f"data_format must be 'channels_last' or 'channels_first', got {data_format!r}"
         )
-    param, source = read_net(net)
-    param = filter_net(param, net_state(phase, level, stages))
+    from keras_caffe.importers.registry import is_builtin
+
+    param, source, fork_fields = load_net(net, net_state(phase, level, stages), known=is_builtin)
     blobs_in = load_weights(weights) if weights is not None else None
     if fold_batchnorm:
         if str(phase).upper() != "TEST":
@@ -82,7 +83,8 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
         param, blobs_in = fold(param, blobs_in, source)
     model, blobs = build_model(param, source=source, data_format=data_format,
                                phase=phase.upper() if isinstance(phase, str) else phase,
-                               outputs=outputs, name=name, input_shapes=input_shapes)
+                               outputs=outputs, name=name, input_shapes=input_shapes,
+                               fork_fields=fork_fields)
     if blobs_in is not None:
         load_into(model, blobs_in, source=str(weights))
     return ImportedNet(model, param, blobs, source)

@@ -61,6 +61,8 @@ class Context:
         self.layer = None
         #: Blobs a converter made beyond its tops (``add_blob``).
         self.extra_blobs = {}
+        #: {layer name: [SkippedField]}: fields of Caffe forks the schema lacks.
+        self.skipped_fields = {}
 
     # -- naming --------------------------------------------------------------
 
@@ -145,6 +147,13 @@ class Context:
             keras_layer = self.sharing.layer_for(self.layer, keras_layer, inputs)
         return keras_layer(inputs)
 
+    def fork_fields(self, layer):
+        """``{field name: text}`` of the fields of ``layer`` that keras-caffe's
+        schema lacks (a fork's ``*_param``), as written in the file: a user's
+        converter for a fork's layer type parses them with the fork's own
+        schema (``text_format.Parse(text, fork_pb2.LayerParameter())``)."""
+        return {f.field: f.text for f in self.skipped_fields.get(layer.name, ())}
+
     def add_blob(self, name, blob):
         """Name a blob the converter makes beyond its tops (ContrastiveLoss's
         stacked features: its prediction, and so a model output)."""
@@ -210,7 +219,7 @@ def _top(layer):
 
 
 def build_model(net, *, source, data_format="channels_last", phase="TEST", outputs=None,
-                name=None, input_shapes=None):
+                name=None, input_shapes=None, fork_fields=None):
     """The Keras functional model for a filtered, upgraded NetParameter.
 
     Returns ``(model, blobs)``: ``blobs`` maps each Caffe blob name to its
@@ -224,7 +233,8 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     ctx = Context(data_format, phase, source)
     ctx.batchnorm_scale = _batchnorm_scale_pairs(net, outputs or ())
     ctx.input_shapes = {top: tuple(shape) for top, shape in (input_shapes or {}).items()}
-    blobs, inputs, available, used = {}, {}, {}, set()
+    ctx.skipped_fields = dict(fork_fields or {})
+    blobs, inputs, available, used, silenced = {}, {}, {}, set(), {}
     for index, layer in enumerate(net.layer):
         for bottom in layer.bottom:
             if bottom not in blobs:
@@ -245,7 +255,8 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
         if layer.type == "Input" or layer.type in DATA_LAYER_TYPES:
             inputs.update((top, t.tensor) for top, t in zip(layer.top, tops))
         for bottom in layer.bottom:
-            available.pop(bottom, None)
+            if available.pop(bottom, None) and layer.type == "Silence":
+                silenced[bottom] = True
         for top, blob in zip(layer.top, tops):
             blobs[top] = blob
             if blob.tensor is not None:
@@ -262,6 +273,11 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
         wanted = list(ctx.training.labels) + [
             b for b in available if blobs[b].tensor not in inputs and b not in ctx.training.labels
             and b not in labels]
+    if not wanted:
+        # Caffe's Silence swallows blobs nothing else reads (colorization's
+        # only result): those are what the net computes.
+        wanted = [b for b in silenced if blobs[b].tensor is not None
+                  and blobs[b].tensor not in inputs and b not in labels]
     if not wanted:
         raise GraphError(f"{source}: the net computes nothing (every blob is an input)")
     for blob in wanted:

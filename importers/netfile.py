@@ -1,7 +1,8 @@
 """Loading a net definition: parse, upgrade, and keep the layers of a phase."""
 
-from keras_caffe.errors import CaffeImportError
-from keras_caffe.importers.protofile import read_message
+from keras_caffe.errors import CaffeImportError, ProtoParseError
+from keras_caffe.importers.protofile import read_message, text_of
+from keras_caffe.importers.tolerant import parse_net_tolerant
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
 
@@ -9,9 +10,57 @@ PHASES = {"TRAIN": caffe_pb2.TRAIN, "TEST": caffe_pb2.TEST}
 
 
 def read_net(net):
-    """``(NetParameter, source)`` for a path, prototxt text or NetParameter, upgraded."""
-    param, source = read_message(net, caffe_pb2.NetParameter, "<prototxt text>")
-    return upgrade_net(param, source), source
+    """``(NetParameter, source)`` for a path, prototxt text or NetParameter,
+    upgraded; fields of Caffe forks the schema lacks are skipped (see
+    ``read_net_file`` to learn which)."""
+    param, source, _ = read_net_file(net)
+    return param, source
+
+
+def read_net_file(net):
+    """``(NetParameter, source, [SkippedField])``: ``read_net``, and the
+    fields it skipped (``keras_caffe.importers.tolerant``)."""
+    try:
+        param, source = read_message(net, caffe_pb2.NetParameter, "<prototxt text>")
+        skipped = []
+    except ProtoParseError as err:
+        if "has no field named" not in str(err):
+            raise
+        text, source = text_of(net, caffe_pb2.NetParameter, "<prototxt text>")
+        param, skipped = parse_net_tolerant(text, source)
+    return upgrade_net(param, source), source, skipped
+
+
+def load_net(net, state, known):
+    """Read, upgrade and filter ``net`` for ``state``: ``(NetParameter,
+    source, {layer name: [SkippedField]})``.
+
+    A skipped field (a fork's, not in the schema) on a kept layer whose type
+    ``known(type)`` says is handled is refused, naming the layer, the field
+    and where it is: its meaning would be lost. On a layer of another type it
+    is not: nobody converts the type (it is reported with the others), or a
+    user's converter does, which can read the field's text."""
+    param, source, skipped = read_net_file(net)
+    kept = filter_net(param, state)
+    kept_indices = set(_kept_indices(param, state))
+    fork_fields = {}
+    for field in skipped:
+        index = _nth_named(param, field.name, field.occurrence)
+        layer = param.layer[index] if index is not None else None
+        if index in kept_indices:
+            fork_fields.setdefault(field.name, []).append(field)
+        if index in kept_indices and known(layer.type):
+            raise ProtoParseError(source, f"layer {layer.name!r} ({layer.type}): field "
+                                          f"{field.field!r} is not in keras-caffe's schema (a "
+                                          f"Caffe fork's?), so its meaning would be lost: "
+                                          f"{field.detail}", line=field.line,
+                                  column=field.column)
+    return kept, source, fork_fields
+
+
+def _nth_named(net, name, occurrence):
+    found = [i for i, layer in enumerate(net.layer) if layer.name == name]
+    return found[occurrence] if occurrence < len(found) else None
 
 
 def net_state(phase="TEST", level=0, stages=()):
@@ -32,13 +81,20 @@ def filter_net(net, state):
     is kept unless an ``exclude`` rule is met. A layer's own ``phase`` field
     does not filter (Caffe sets it itself).
     """
-    merged = caffe_pb2.NetState()
-    merged.CopyFrom(net.state)
-    merged.MergeFrom(state)
     kept = caffe_pb2.NetParameter()
     kept.CopyFrom(net)
     kept.ClearField("layer")
-    for layer in net.layer:
+    for index in _kept_indices(net, state):
+        kept.layer.add().CopyFrom(net.layer[index])
+    return kept
+
+
+def _kept_indices(net, state):
+    merged = caffe_pb2.NetState()
+    merged.CopyFrom(net.state)
+    merged.MergeFrom(state)
+    kept = []
+    for index, layer in enumerate(net.layer):
         if layer.include and layer.exclude:
             raise CaffeImportError(
                 f"layer {layer.name!r} specifies both include and exclude; only one may be given"
@@ -48,7 +104,7 @@ def filter_net(net, state):
         else:
             keep = not any(_meets(merged, rule) for rule in layer.exclude)
         if keep:
-            kept.layer.add().CopyFrom(layer)
+            kept.append(index)
     return kept
 
 

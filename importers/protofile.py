@@ -30,16 +30,8 @@ def parse_text(text, message, source="<text>"):
 
 def read_text(path, message):
     """Parse the prototxt file at ``path`` into a new ``message`` instance."""
-    path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        try:
-            text = f.read()
-        except UnicodeDecodeError as err:
-            raise ProtoParseError(
-                path, f"not a text file (byte {err.start} is not UTF-8); "
-                "binary files need read_binary"
-            ) from None
-    return parse_text(text, message, source=path)
+    text, source = text_of(os.fspath(path), message, None)
+    return parse_text(text, message, source=source)
 
 
 def read_binary(path, message):
@@ -64,10 +56,24 @@ def read_message(obj, message, text_source):
     missing file."""
     if isinstance(obj, message):
         return obj, f"<{message.DESCRIPTOR.name}>"
+    text, source = text_of(obj, message, text_source)
+    return parse_text(text, message, source=source), source
+
+
+def text_of(obj, message, text_source):
+    """``(prototxt text, source name)`` for a path or prototxt text (as
+    ``read_message`` tells them apart)."""
     if isinstance(obj, os.PathLike) or (isinstance(obj, str) and (
             os.path.isfile(obj) or not any(c in obj for c in "\n{:"))):
-        return read_text(obj, message), os.fspath(obj)
+        path = os.fspath(obj)
+        with open(path, encoding="utf-8") as f:
+            try:
+                return f.read(), path
+            except UnicodeDecodeError as err:
+                raise ProtoParseError(
+                    path, f"not a text file (byte {err.start} is not UTF-8); "
+                    "binary files need read_binary") from None
     if isinstance(obj, str):
-        return parse_text(obj, message, source=text_source), text_source
+        return obj, text_source
     raise TypeError(f"expected a path, prototxt text or a {message.DESCRIPTOR.name}, "
                     f"got {type(obj).__name__}")

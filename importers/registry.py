@@ -50,6 +50,13 @@ def get_converter(layer_type):
     return _CONVERTERS.get(layer_type)
 
 
+def is_builtin(layer_type):
+    """Whether keras-caffe itself converts ``layer_type`` (not a user's
+    converter): its converter reads every field the schema gives the type."""
+    fn = get_converter(layer_type)
+    return fn is not None and fn.__module__.startswith("keras_caffe.")
+
+
 def registered_types():
     """The supported layer types, sorted."""
     _load_builtin()

@@ -35,7 +35,8 @@ _SHARED_PARAMS = [
 
 def upgrade_net(net, source):
     """Return ``net`` in the current format (a new message if it changed)."""
-    if not (net.layers or net.input or net.input_dim or net.input_shape or _old_batchnorm(net)):
+    if not (net.layers or net.input or net.input_dim or net.input_shape or _old_batchnorm(net)
+            or any(layer.pooling_param.HasField("ceil_mode") for layer in net.layer)):
         return net
     upgraded = caffe_pb2.NetParameter()
     upgraded.CopyFrom(net)
@@ -53,11 +54,26 @@ def upgrade_net(net, source):
     if net.input:
         _upgrade_input(upgraded, source)
     for layer in upgraded.layer:
+        if layer.pooling_param.HasField("ceil_mode"):
+            _upgrade_ceil_mode(layer, source)
         if layer.type == "BatchNorm" and len(layer.param) == 3:
             for spec in layer.param:
                 spec.lr_mult = 0.0
                 spec.decay_mult = 0.0
     return upgraded
+
+
+def _upgrade_ceil_mode(layer, source):
+    """The forks' ``ceil_mode: false`` is BVLC's ``round_mode: FLOOR``."""
+    p = layer.pooling_param
+    mode = caffe_pb2.PoolingParameter.CEIL if p.ceil_mode else caffe_pb2.PoolingParameter.FLOOR
+    if p.HasField("round_mode") and p.round_mode != mode:
+        raise CaffeImportError(
+            f"{source}: layer {layer.name!r} gives ceil_mode: {str(p.ceil_mode).lower()} and "
+            f"round_mode: {caffe_pb2.PoolingParameter.RoundMode.Name(p.round_mode)}, which "
+            "disagree")
+    p.round_mode = mode
+    p.ClearField("ceil_mode")
 
 
 def _old_batchnorm(net):

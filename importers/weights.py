@@ -47,20 +47,34 @@ def load_weights(path):
     if head == _HDF5_SIGNATURE:
         return _load_hdf5(path)
     try:
-        net = read_binary(path, caffe_pb2.NetParameter)
+        net = upgrade_net(read_binary(path, caffe_pb2.NetParameter), path)
+        layers = [(layer.name, layer.blobs) for layer in net.layer]
     except ProtoParseError as err:
-        raise WeightsError(f"{path}: not a Caffe weights file ({err})") from None
-    net = upgrade_net(net, path)
+        # A fork's file whose other fields clash with BVLC's numbering: its
+        # names and blobs are still where every Caffe puts them.
+        layers = _weights_only(path)
+        if layers is None:
+            raise WeightsError(f"{path}: not a Caffe weights file ({err})") from None
     weights = {}
-    for layer in net.layer:
-        if layer.blobs:
-            weights[layer.name] = [
-                blob_to_array(b, f"{path}: layer {layer.name!r} blob {i}")
-                for i, b in enumerate(layer.blobs)
-            ]
-    if not weights and not net.layer:
+    for name, blobs in layers:
+        if blobs:
+            weights[name] = [blob_to_array(b, f"{path}: layer {name!r} blob {i}")
+                             for i, b in enumerate(blobs)]
+    if not weights and not layers:
         raise WeightsError(f"{path}: not a Caffe weights file (no layers in it)")
     return weights
+
+
+def _weights_only(path):
+    """``[(layer name, blobs)]`` read with the weights-only schema (current,
+    V1 and V0 layers), or None when that fails too."""
+    try:
+        net = read_binary(path, caffe_pb2.WeightsOnlyNet)
+    except ProtoParseError:
+        return None
+    if net.layer:
+        return [(layer.name, layer.blobs) for layer in net.layer]
+    return [(v1.name or v1.layer.name, v1.blobs or v1.layer.blobs) for v1 in net.layers]
 
 
 def _load_hdf5(path):

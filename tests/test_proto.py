@@ -59,7 +59,7 @@ def test_committed_gencode_loads_on_protobuf_4_to_7():
 
 def test_schema_is_bvlcs():
     names = [m.name for m in caffe_pb2.DESCRIPTOR.message_types_by_name.values()]
-    assert len(names) == 63
+    assert len(names) == 63 + 12 + 4  # BVLC's, the forks' parameters, WeightsOnly*
     for name in ("BlobProto", "Datum", "NetParameter", "SolverParameter", "SolverState",
                  "LayerParameter", "V1LayerParameter", "V0LayerParameter", "ConvolutionParameter"):
         assert name in names
@@ -84,6 +84,16 @@ NUMBERS = {
     ("SolverState", "history"): 3, ("SolverState", "current_step"): 4,
     ("ParamSpec", "lr_mult"): 3, ("ParamSpec", "decay_mult"): 4,
     ("V1LayerParameter", "blobs_lr"): 7, ("V1LayerParameter", "type"): 5,
+    # the forks' own numbers, where BVLC leaves them free
+    ("LayerParameter", "permute_param"): 202, ("LayerParameter", "prior_box_param"): 203,
+    ("LayerParameter", "detection_output_param"): 204, ("LayerParameter", "norm_param"): 206,
+    ("LayerParameter", "shuffle_channel_param"): 164, ("LayerParameter", "bn_param"): 45,
+    ("LayerParameter", "roi_pooling_param"): 8266711, ("LayerParameter", "upsample_param"): 149,
+    ("DetectionOutputParameter", "keep_top_k"): 7, ("PriorBoxParameter", "offset"): 13,
+    # the weights-only schema: what every fork agrees on
+    ("WeightsOnlyNet", "layer"): 100, ("WeightsOnlyNet", "layers"): 2,
+    ("WeightsOnlyLayer", "blobs"): 7, ("WeightsOnlyV1Layer", "blobs"): 6,
+    ("WeightsOnlyV1Layer", "layer"): 1, ("WeightsOnlyV0Layer", "blobs"): 50,
 }
 
 

@@ -12,7 +12,7 @@ from keras_caffe.importers.analyze.communication import parse_bandwidth
 from keras_caffe.importers.analyze.report import LayerStats, Report
 from keras_caffe.importers.analyze.shapes import _RULES, _check_types, _count, _fmt
 from keras_caffe.importers.analyze.units import DEFAULT_BANDWIDTH
-from keras_caffe.importers.netfile import filter_net, net_state, read_net
+from keras_caffe.importers.netfile import load_net, net_state
 
 
 def analyze(net, batch=1, workers=1, bandwidth=DEFAULT_BANDWIDTH, phase="TEST", *,
@@ -45,8 +45,8 @@ def analyze(net, batch=1, workers=1, bandwidth=DEFAULT_BANDWIDTH, phase="TEST", 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ArgumentError("analyze", "workers", f"must be a positive integer, got {workers!r}")
     bandwidth = parse_bandwidth(bandwidth)
-    param, source = read_net(net)
-    param = filter_net(param, net_state(phase, level, stages))
+    param, source, _ = load_net(net, net_state(phase, level, stages),
+                                known=lambda layer_type: layer_type in _RULES)
     _check_types(param, source)
     state = _State(batch, dict(input_shapes or {}), source)
     shapes, owners, rows = {}, {}, []

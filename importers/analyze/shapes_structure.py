@@ -1,5 +1,5 @@
 """Shape rules of the layers that rearrange blobs: Concat, Slice, Flatten, Reshape, Crop,
-ArgMax, Reduction, Tile."""
+ArgMax, Reduction, Tile, Permute."""
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.analyze.shapes import _axis, _bottoms, _count, _fmt, _rule
@@ -153,3 +153,12 @@ def _tile(layer, bottoms, state):
     axis = _axis(p.axis, len(top))
     top[axis] *= p.tiles
     return [tuple(top)], [], 0
+
+
+@_rule("Permute")
+def _permute(layer, bottoms, state):
+    from keras_caffe.importers.converters.permute import permute_order
+
+    _bottoms(layer, bottoms, 1)
+    shape = bottoms[0]
+    return [tuple(shape[axis] for axis in permute_order(layer, len(shape)))], [], 0

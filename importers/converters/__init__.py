@@ -7,6 +7,7 @@ from keras_caffe.importers.converters import (  # noqa: F401
     learned,
     losses,
     normalization,
+    permute,
     reductions,
     shape,
     simple,
