@@ -14,6 +14,20 @@ def _elementwise(layer, bottoms, state):
     return _same(layer, bottoms)
 
 
+@_rule("ShuffleChannel")
+def _shuffle_channel(layer, bottoms, state):
+    _bottoms(layer, bottoms, 1)
+    return _same(layer, bottoms)
+
+
+@_rule("Normalize")
+def _normalize(layer, bottoms, state):
+    _bottoms(layer, bottoms, 1)
+    shape = bottoms[0]
+    channels = shape[1] if len(shape) > 1 else 1
+    return _same(layer, bottoms, [()] if layer.norm_param.channel_shared else [(channels,)])
+
+
 @_rule("PReLU")
 def _prelu(layer, bottoms, state):
     _bottoms(layer, bottoms, 1)

@@ -2,6 +2,7 @@
 
 from keras_caffe.importers.converters import (  # noqa: F401
     activations,
+    fork_layers,
     inner_product,
     io,
     learned,
