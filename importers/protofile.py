@@ -22,10 +22,20 @@ def parse_text(text, message, source="<text>"):
     try:
         text_format.Parse(text, proto)
     except text_format.ParseError as err:
-        line, column = err.GetLine(), err.GetColumn()
-        detail = _LOCATION.sub("", str(err)).replace(_PACKAGE_PREFIX, "")
-        raise ProtoParseError(source, detail, line=line, column=column) from None
+        raise parse_error(err, source) from None
     return proto
+
+
+def parse_error_detail(err):
+    """A ``text_format.ParseError``'s message without its location and our
+    schema's package name (Caffe users know ``LayerParameter``)."""
+    return _LOCATION.sub("", str(err)).replace(_PACKAGE_PREFIX, "")
+
+
+def parse_error(err, source):
+    """The ``ProtoParseError`` for a ``text_format.ParseError`` in ``source``."""
+    return ProtoParseError(source, parse_error_detail(err), line=err.GetLine(),
+                           column=err.GetColumn())
 
 
 def read_text(path, message):

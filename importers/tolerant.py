@@ -16,12 +16,10 @@ import re
 
 from google.protobuf import text_format
 
-from keras_caffe.errors import ProtoParseError
+from keras_caffe.importers.protofile import parse_error, parse_error_detail as _detail
 from keras_caffe.proto import caffe_pb2
 
 _UNKNOWN = re.compile(r'has no field named "([^"]+)"')
-_PACKAGE_PREFIX = "keras_caffe.caffe."
-_LOCATION = re.compile(r"^(\d+):(\d+) : ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +50,7 @@ def parse_net_tolerant(text, source):
     try:
         text_format.Parse(text, net, allow_unknown_field=True)
     except text_format.ParseError as err:
-        raise ProtoParseError(source, _detail(err), line=err.GetLine(),
-                              column=err.GetColumn()) from None
+        raise parse_error(err, source) from None
     skipped, seen = [], {}
     for start_line, start_column, block in _layer_blocks(text):
         one = caffe_pb2.NetParameter()
@@ -131,10 +128,6 @@ def _string_end(text, i):
     while j < len(text) and text[j] != quote:
         j += 2 if text[j] == "\\" else 1
     return j
-
-
-def _detail(err):
-    return _LOCATION.sub("", str(err)).replace(_PACKAGE_PREFIX, "")
 
 
 def _layer_blocks(text):
