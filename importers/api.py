@@ -172,9 +172,8 @@ def copy_layers(model, weights, source="<weights>"):
             layer.set_caffe_blobs(current)
         except WeightsError as err:
             raise WeightsError(f"{source}: {err} {hint}") from None
-    kept = [name for name in parts
-            if name not in weights and not any(sharers[s] == name and s in weights
-                                               for s in sharers)]
+    given = set(weights) | {owner for sharer, owner in sharers.items() if sharer in weights}
+    kept = [name for name in parts if name not in given]
     return CopyReport(copied, ignored, kept)
 
 

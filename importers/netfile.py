@@ -2,7 +2,7 @@
 
 from keras_caffe.errors import CaffeImportError, ProtoParseError
 from keras_caffe.importers.protofile import read_message, text_of
-from keras_caffe.importers.tolerant import parse_net_tolerant
+from keras_caffe.importers.tolerant import parse_net_tolerant, unknown_field
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
 
@@ -24,7 +24,7 @@ def read_net_file(net):
         param, source = read_message(net, caffe_pb2.NetParameter, "<prototxt text>")
         skipped = []
     except ProtoParseError as err:
-        if "has no field named" not in str(err):
+        if unknown_field(err) is None:
             raise
         text, source = text_of(net, caffe_pb2.NetParameter, "<prototxt text>")
         param, skipped = parse_net_tolerant(text, source)
@@ -41,8 +41,8 @@ def load_net(net, state, known):
     is not: nobody converts the type (it is reported with the others), or a
     user's converter does, which can read the field's text."""
     param, source, skipped = read_net_file(net)
-    kept = filter_net(param, state)
-    kept_indices = set(_kept_indices(param, state))
+    indices = _kept_indices(param, state)
+    kept, kept_indices = _net_of(param, indices), set(indices)
     fork_fields = {}
     for field in skipped:
         index = _nth_named(param, field.name, field.occurrence)
@@ -81,10 +81,15 @@ def filter_net(net, state):
     is kept unless an ``exclude`` rule is met. A layer's own ``phase`` field
     does not filter (Caffe sets it itself).
     """
+    return _net_of(net, _kept_indices(net, state))
+
+
+def _net_of(net, indices):
+    """``net`` with only its layers at ``indices``."""
     kept = caffe_pb2.NetParameter()
     kept.CopyFrom(net)
     kept.ClearField("layer")
-    for index in _kept_indices(net, state):
+    for index in indices:
         kept.layer.add().CopyFrom(net.layer[index])
     return kept
 

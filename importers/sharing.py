@@ -17,6 +17,8 @@ aside: Caffe overwrites the sharer's initial values with the owner's); other
 sharing is refused with what differs.
 """
 
+import math
+
 from keras_caffe.errors import LayerError
 from keras_caffe.proto import caffe_pb2
 
@@ -26,16 +28,9 @@ _FREE_KEYS = {"name", "caffe_name", "param_multipliers", "caffe_sharers", "kerne
               "bias_initializer", "slope_initializer", "trainable"}
 
 
-def _count(shape):
-    count = 1
-    for d in shape:
-        count *= d
-    return count
-
-
 def _shape_text(shape):
     """A shape as Caffe prints it: ``20 1 5 5 (500)``."""
-    return f"{' '.join(str(d) for d in shape)} ({_count(shape)})"
+    return f"{' '.join(str(d) for d in shape)} ({math.prod(shape)})"
 
 
 class ParamSharing:
@@ -87,7 +82,7 @@ class ParamSharing:
             head = (f"cannot share param {name!r} owned by layer {owner_name_i!r}; "
                     f"{'count' if permissive else 'shape'} mismatch. Owner layer param shape is "
                     f"{_shape_text(theirs)}; sharing layer ")
-            if permissive and _count(mine) != _count(theirs):
+            if permissive and math.prod(mine) != math.prod(theirs):
                 raise LayerError(layer.name, head + f"shape is {_shape_text(mine)}")
             if not permissive and mine != theirs:
                 raise LayerError(layer.name, head + f"expects shape {_shape_text(mine)}")

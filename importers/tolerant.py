@@ -132,34 +132,26 @@ def _string_end(text, i):
 
 def _layer_blocks(text):
     """``(line, column, text)`` of each top-level ``layer``/``layers`` block
-    (1-based line and column of its first character)."""
+    (1-based line and column of its first character), in one pass."""
     blocks = []
     depth, i, n = 0, 0, len(text)
-    line, line_start = 1, 0
+    line = 1
     start = None
     while i < n:
         c = text[i]
         if c == "\n":
-            line, line_start = line + 1, i + 1
+            line += 1
         elif c == "#":
             while i < n and text[i] != "\n":
                 i += 1
             continue
         elif c in "\"'":
-            i += 1
-            while i < n and text[i] != c:
-                if text[i] == "\\":
-                    i += 1
-                elif text[i] == "\n":
-                    line, line_start = line + 1, i + 1
-                i += 1
+            end = _string_end(text, i)
+            line += text.count("\n", i, end)
+            i = end
         elif c == "{":
             if depth == 0:
-                match = re.search(r"(layers?)\s*:?\s*$", text[:i])
-                if match and (match.start() == 0 or not (text[match.start() - 1].isalnum()
-                                                         or text[match.start() - 1] == "_")):
-                    start = (match.start(), _line_of(text, match.start()),
-                             match.start() - text.rfind("\n", 0, match.start()))
+                start = _block_name(text, i, line)
             depth += 1
         elif c == "}":
             depth -= 1
@@ -171,5 +163,16 @@ def _layer_blocks(text):
     return blocks
 
 
-def _line_of(text, offset):
-    return text.count("\n", 0, offset) + 1
+def _block_name(text, brace, line):
+    """``(offset, line, column)`` of the ``layer``/``layers`` name before the
+    ``{`` at ``brace`` (on line ``line``), or None for another field."""
+    i = brace
+    while i > 0 and text[i - 1] in " \t\r\n:":
+        i -= 1
+    end = i
+    while i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_"):
+        i -= 1
+    if text[i:end] not in ("layer", "layers"):
+        return None
+    start_line = line - text.count("\n", i, brace)
+    return i, start_line, i - text.rfind("\n", 0, i)

@@ -20,20 +20,14 @@ def _shuffle_channel(layer, bottoms, state):
     return _same(layer, bottoms)
 
 
-@_rule("Normalize")
-def _normalize(layer, bottoms, state):
+@_rule("PReLU", "Normalize")
+def _per_channel(layer, bottoms, state):
+    """One learned value per channel, or one for all (``channel_shared``)."""
     _bottoms(layer, bottoms, 1)
     shape = bottoms[0]
     channels = shape[1] if len(shape) > 1 else 1
-    return _same(layer, bottoms, [()] if layer.norm_param.channel_shared else [(channels,)])
-
-
-@_rule("PReLU")
-def _prelu(layer, bottoms, state):
-    _bottoms(layer, bottoms, 1)
-    shape = bottoms[0]
-    channels = shape[1] if len(shape) > 1 else 1
-    return _same(layer, bottoms, [()] if layer.prelu_param.channel_shared else [(channels,)])
+    p = layer.prelu_param if layer.type == "PReLU" else layer.norm_param
+    return _same(layer, bottoms, [()] if p.channel_shared else [(channels,)])
 
 
 @_rule("BatchNorm")
