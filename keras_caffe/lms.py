@@ -40,8 +40,11 @@ layer keeps its input instead of its output, so the kept memory doubled
 (+96% of the activation memory on a 16-layer conv stack). And
 ``RematScope(mode="full")`` around a sub-model fails inside ``tf.function``
 (``tf.custom_gradient`` takes no keyword arguments in graph mode, and a
-model's call takes ``training=``). LMS therefore calls ``keras.remat`` on
-whole segments itself, with ``training`` bound in a closure.
+model's call takes ``training=``). LMS therefore rematerializes whole
+segments itself, with ``training`` bound in a closure, through its own
+``tf.custom_gradient`` rather than ``keras.remat``, whose backward pass can
+read weights that the same step's update has already changed (see
+``lms_exec``).
 """
 
 import gc

@@ -2,18 +2,30 @@
 device's memory and speed.
 
 Both mechanisms recompute or copy, they never approximate, so a step gives
-the same loss and gradients as without LMS:
+the same loss and gradients as without LMS. Both are one
+``tf.custom_gradient`` around the block's sub-model (``_recomputing``):
 
-- ``remat``: ``keras.remat`` (``tf.recompute_grad`` on TensorFlow) around
-  the block's sub-model. Its recomputation starts from the saved inputs plus
-  an exact ``+ 0`` that ties it to the incoming gradient, so it runs on the
-  backward pass and not before.
-- ``stage``: a ``tf.custom_gradient`` whose forward pass keeps a copy of the
-  block's inputs on ``/CPU:0`` (host memory) and whose backward pass copies
-  them back to the compute device (after the incoming gradient, by the same
-  ``+ 0`` data dependency) and differentiates the block from there. Under
-  XLA (``jit_compile``) device placement inside the compiled function is
-  ignored, so staging is never chosen there.
+- ``remat``: the forward pass keeps the block's inputs; the backward pass
+  runs the block again from them under a tape and differentiates it.
+- ``stage``: the same, with the inputs kept as a copy on ``/CPU:0`` (host
+  memory) between the passes and copied back to the compute device for the
+  backward pass. Under XLA (``jit_compile``) device placement inside the
+  compiled function is ignored, so staging is never chosen there.
+
+The recomputation starts from the saved inputs plus an exact ``+ 0`` that
+ties it to the incoming gradient, so it runs on the backward pass and not
+before. And every gradient the block returns (to its inputs and to its
+variables) waits for all of them (``_together``), so no update of the
+block's weights can run while its own backward pass still reads them.
+``keras.remat`` (``tf.recompute_grad``) has no such tie, and it matters:
+measured on TensorFlow 2.18 and 2.21 with Eigen's CPU kernels (2 cores,
+under load), training the golden SGD net with ``LMS(threshold_kb=0)``
+through ``keras.remat`` computed, about once in 15,000 steps (all within a
+run's first 40), ``ip1``'s gradient with ``ip2``'s weights as that same
+step's update had left them (a float64 replay with the updated weights
+reproduces the wrong step exactly); it did not happen with Grappler's
+dependency optimizer off. With the tie: none in the same test
+(``tests/test_lms_solver.py``, ``benchmarks/lms_race.py``).
 
 The layers are the model's own: every block is a ``keras.Model`` over the
 original graph's tensors, so it shares the model's layers and variables.
@@ -56,33 +68,44 @@ class Runner:
 
     def __call__(self, args, training):
         kind = self.block.kind
-        if kind == "remat":
-            return keras.remat(self._forward(training))(*args)
-        if kind == "stage":
-            return staged(self._forward(training))(*args)
+        if kind in ("remat", "stage"):
+            return _recomputing(self._forward(training), host=kind == "stage")(*args)
         return self._forward(training)(*args)
 
 
 def _after(tensor, dependency):
     """``tensor + 0`` with the 0 computed from ``dependency``: exact (x + 0 = x,
     NaN stays NaN) and scheduled after ``dependency`` exists, as
-    ``tf.recompute_grad`` does."""
+    ``tf.recompute_grad`` does. A data dependency, which no graph rewrite
+    drops (XLA ignores control dependencies)."""
     first = tf.reduce_max(tf.reshape(dependency, [-1])[:1])
     ok = tf.cast(first, tf.bool)
     zero = tf.where(tf.equal(ok, ok), 0.0, float("nan"))
     return tensor + tf.cast(zero, tensor.dtype)
 
 
-def staged(forward):
-    """``forward`` with its inputs kept in host memory between the forward
-    and the backward pass (Caffe LMS's host blobs)."""
+def _together(tensors):
+    """``tensors``, each released only once all of them are computed (each
+    ``+ 0`` with the 0 computed from every tensor's first element)."""
+    if len(tensors) < 2:
+        return list(tensors)
+    firsts = [tf.cast(tf.reshape(t, [-1])[:1], tf.float32) for t in tensors]
+    return [_after(t, tf.concat(firsts, 0)) for t in tensors]
+
+
+def _recomputing(forward, host=False):
+    """``forward`` (tensors -> list of tensors) keeping only its inputs for
+    the backward pass, on the host if ``host``, and recomputing from them."""
 
     @tf.custom_gradient
     def inner(*xs):
         ys = forward(*xs)
         device = xs[0].device if xs else ""
-        with tf.device(HOST):
-            saved = [tf.identity(x) for x in xs]
+        if host:
+            with tf.device(HOST):
+                saved = [tf.identity(x) for x in xs]
+        else:
+            saved = list(xs)
 
         def grad(*dys, variables=None):
             variables = list(variables or [])
@@ -94,6 +117,7 @@ def staged(forward):
                     again = forward(*back)
                 grads = tape.gradient(again, back + variables, output_gradients=list(dys),
                                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                grads = _together(grads)
             return grads[:len(back)], grads[len(back):]
 
         return ys, grad

@@ -11,7 +11,7 @@ shapes with the batch filled in.
 
 - ``plain`` blocks run as usual (their activations stay resident until the
   backward pass needs them);
-- ``remat`` blocks are rematerialized (``keras.remat``): only the block's
+- ``remat`` blocks are rematerialized (``lms_exec``): only the block's
   inputs are kept; its interior is recomputed on the backward pass
   (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost",
   arXiv:1604.06174, section 4.1: segments of about sqrt(n) layers, so the
