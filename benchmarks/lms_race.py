@@ -10,8 +10,8 @@ rematerialized) runs ``--steps`` steps with one of two mechanisms:
 
 - ``keras.remat``: LMS's blocks through ``keras.remat`` (``tf.recompute_grad``),
   what LMS used before;
-- ``keras-caffe``: LMS's own remat (``lms_exec._recomputing``), whose
-  gradients wait for each other.
+- ``keras-caffe``: LMS's own remat (``lms_exec._recomputing``), which reads
+  the weights once, in the forward pass, and recomputes with those values.
 
 A step whose weights differ (bitwise) from the run without LMS counts as a
 failure and ends that run. Without a race every count is 0: remat
@@ -51,8 +51,8 @@ def main():
     case = Path(args.golden) / "solvers" / "sgd"
     ours = lms_exec._recomputing
 
-    def keras_remat(forward, host=False):
-        return keras.remat(forward)
+    def keras_remat(forward, weights, host=False):
+        return lambda xs, values: keras.remat(forward)(*xs)
 
     def solver(lms):
         work = Path(tempfile.mkdtemp()) / "sgd"

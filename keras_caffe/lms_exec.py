@@ -14,18 +14,21 @@ the same loss and gradients as without LMS. Both are one
 
 The recomputation starts from the saved inputs plus an exact ``+ 0`` that
 ties it to the incoming gradient, so it runs on the backward pass and not
-before. And every gradient the block returns (to its inputs and to its
-variables) waits for all of them (``_together``), so no update of the
-block's weights can run while its own backward pass still reads them.
-``keras.remat`` (``tf.recompute_grad``) has no such tie, and it matters:
-measured on TensorFlow 2.18 and 2.21 with Eigen's CPU kernels (2 cores,
-under load), training the golden SGD net with ``LMS(threshold_kb=0)``
-through ``keras.remat`` computed, about once in 15,000 steps (all within a
-run's first 40), ``ip1``'s gradient with ``ip2``'s weights as that same
-step's update had left them (a float64 replay with the updated weights
-reproduces the wrong step exactly); it did not happen with Grappler's
-dependency optimizer off. With the tie: none in the same test
-(``tests/test_lms_solver.py``, ``benchmarks/lms_race.py``).
+before. The block's trainable weights are read once, before the block runs
+forward, and both passes use those values (``keras.StatelessScope``); their
+gradients reach the variables through the reads. So the backward pass reads
+no variable again: every read is a data ancestor of the loss, hence of
+every update, as without LMS. ``keras.remat`` (``tf.recompute_grad``) reads
+the weights again in the backward pass, ordered before the optimizer's
+update of the same weights by a control edge only, and that was measured to
+fail: on TensorFlow 2.18 and 2.21 with Eigen's CPU kernels (2 cores, under
+load), training the golden SGD net with ``LMS(threshold_kb=0)`` through
+``keras.remat`` computed, about once in 10,000 steps (all within a run's
+first 40), ``ip1``'s gradient with ``ip2``'s weights as that same step's
+update had left them (a float64 replay with the updated weights reproduces
+the wrong step exactly); it did not happen with Grappler's dependency
+optimizer off. ``tests/test_lms_ordering.py`` checks the ordering on the
+graph, ``benchmarks/lms_race.py`` counts wrong steps.
 
 The layers are the model's own: every block is a ``keras.Model`` over the
 original graph's tensors, so it shares the model's layers and variables.
@@ -69,7 +72,9 @@ class Runner:
     def __call__(self, args, training):
         kind = self.block.kind
         if kind in ("remat", "stage"):
-            return _recomputing(self._forward(training), host=kind == "stage")(*args)
+            weights = self.model.trainable_variables
+            run = _recomputing(self._forward(training), weights, host=kind == "stage")
+            return run(list(args), [keras.ops.convert_to_tensor(w) for w in weights])
         return self._forward(training)(*args)
 
 
@@ -84,45 +89,43 @@ def _after(tensor, dependency):
     return tensor + tf.cast(zero, tensor.dtype)
 
 
-def _together(tensors):
-    """``tensors``, each released only once all of them are computed (each
-    ``+ 0`` with the 0 computed from every tensor's first element)."""
-    if len(tensors) < 2:
-        return list(tensors)
-    firsts = [tf.cast(tf.reshape(t, [-1])[:1], tf.float32) for t in tensors]
-    return [_after(t, tf.concat(firsts, 0)) for t in tensors]
+def _recomputing(forward, weights, host=False):
+    """``run(xs, values)``: ``forward`` (tensors -> list of tensors) with the
+    variables ``weights`` taking ``values`` (read by the caller, so the
+    outer tape carries their gradients on to the variables), keeping only
+    ``xs`` and ``values`` for the backward pass (``xs`` on the host if
+    ``host``) and recomputing from them."""
 
-
-def _recomputing(forward, host=False):
-    """``forward`` (tensors -> list of tensors) keeping only its inputs for
-    the backward pass, on the host if ``host``, and recomputing from them."""
+    def run_with(values, xs):
+        with keras.StatelessScope(state_mapping=list(zip(weights, values))):
+            return forward(*xs)
 
     @tf.custom_gradient
-    def inner(*xs):
-        ys = forward(*xs)
+    def inner(*flat):
+        xs, values = list(flat[:len(flat) - len(weights)]), list(flat[len(flat) - len(weights):])
+        ys = run_with(values, xs)
         device = xs[0].device if xs else ""
         if host:
             with tf.device(HOST):
                 saved = [tf.identity(x) for x in xs]
         else:
-            saved = list(xs)
+            saved = xs
 
         def grad(*dys, variables=None):
-            variables = list(variables or [])
             with tf.device(device or None):
                 back = [_after(tf.identity(s), dys[0]) for s in saved]
                 with tf.GradientTape() as tape:
-                    tape.watch(back)
-                    tape.watch(variables)
-                    again = forward(*back)
-                grads = tape.gradient(again, back + variables, output_gradients=list(dys),
+                    tape.watch(back + values)
+                    again = run_with(values, back)
+                grads = tape.gradient(again, back + values, output_gradients=list(dys),
                                       unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                grads = _together(grads)
-            return grads[:len(back)], grads[len(back):]
+            # Variables read inside (none but the non-trainable ones a
+            # layer reads itself) get no gradient from the block.
+            return grads, [tf.zeros_like(v) for v in variables or []]
 
         return ys, grad
 
-    return inner
+    return lambda xs, values: inner(*xs, *values)
 
 
 def install(model, plans):

@@ -25,7 +25,10 @@ A layer is *large* when its outputs exceed the threshold (Caffe's
 staged. A layer with state that its call updates or draws from (non-trainable
 variables: BatchNorm's moving statistics, Dropout's seed generator) is never
 rematerialized, because recomputing it would update the statistics twice or
-draw a different dropout mask; it runs plain.
+draw a different dropout mask; it runs plain. So does a layer whose call
+adds a loss (an ``activity_regularizer``, keras-caffe's ``TopLoss``): the
+loss would be computed inside the block's gradient boundary, with no
+gradient of its own.
 """
 
 import dataclasses
@@ -167,6 +170,13 @@ def output_structure(model):
         return outputs[0] if len(outputs) == 1 else outputs
 
 
+def adds_loss(layer):
+    """Whether ``layer``'s call adds to the model's losses: an activity
+    regularizer, or a layer class that says so (``adds_loss = True``)."""
+    return getattr(layer, "activity_regularizer", None) is not None or \
+        bool(getattr(layer, "adds_loss", False))
+
+
 def model_graph(model, eigen=False):
     """The layer graph of a built functional (or Sequential) model, in
     topological order; ``eigen``: the step runs Eigen's CPU kernels (see
@@ -187,7 +197,7 @@ def model_graph(model, eigen=False):
             continue
         candidates.append(Node(
             layer=layer, inputs=_flat(layer.input), outputs=_flat(layer.output),
-            pure=not layer.non_trainable_variables,
+            pure=not layer.non_trainable_variables and not adds_loss(layer),
             weight_bytes=sum(math.prod(w.shape) * dtype_bytes(w.dtype) for w in layer.weights),
             macs_per_output=_macs_per_output(layer),
             im2col_per_output=_im2col_per_output(layer)))

@@ -1,5 +1,5 @@
 """LMS's rematerialized blocks finish their backward pass before any update
-of their weights can run (lms_exec: ``_together``).
+of their weights can run (lms_exec: ``_after_all``).
 
 Why: with ``keras.remat`` the backward pass reads a block's weights again,
 and nothing but a control edge orders that read before the optimizer's
@@ -115,6 +115,12 @@ def unordered_reads(graph_def, returned):
     return bad
 
 
+def keras_remat(forward, weights, host=False):
+    """LMS's blocks as they were: ``keras.remat``, the layers reading their
+    weights themselves (the values read for them are left unused)."""
+    return lambda xs, values: keras.remat(forward)(*xs)
+
+
 def lms_step(mechanism, monkeypatch, remat=None):
     keras.utils.set_random_seed(1)
     model = mlp()
@@ -137,8 +143,7 @@ def test_the_check_finds_keras_remats_unordered_read(monkeypatch):
     ip2's bias for ip3's recomputed input), and the updates of those
     variables do not wait for these reads by data: the race
     benchmarks/lms_race.py measures (there on the golden net's ip2)."""
-    graph_def, returned = lms_step("remat", monkeypatch, remat=lambda forward, host=False:
-                                   keras.remat(forward))
+    graph_def, returned = lms_step("remat", monkeypatch, remat=keras_remat)
     bad = unordered_reads(graph_def, returned)
     assert [(read, update) for _, read, update in bad] == [
         ("lms_remat_ip2_1/ip2_1/Cast/ReadVariableOp", "sgd/AssignSubVariableOp_2"),
@@ -149,3 +154,45 @@ def test_the_check_finds_keras_remats_unordered_read(monkeypatch):
 def test_without_lms_every_read_comes_before_its_update():
     keras.utils.set_random_seed(1)
     assert unordered_reads(*step_graph(mlp(), keras_caffe.SGD(learning_rate=0.1))) == []
+
+
+def _loss_and_grads(model, x, y):
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True)) + tf.add_n(model.losses)
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    loss, grads = step(x, y)
+    return float(loss), [g.numpy() for g in grads]
+
+
+def test_layers_that_add_losses_keep_their_gradients():
+    """A layer whose call adds a loss (keras-caffe's TopLoss: Caffe's
+    loss_weight on a non-loss top; an activity regularizer) runs plain
+    under LMS: inside a block its loss would have no gradient."""
+    import numpy as np
+
+    from keras_caffe.layers.gradient import TopLoss
+
+    def build():
+        keras.utils.set_random_seed(3)
+        inputs = keras.Input((20,), name="data")
+        x = keras.layers.Dense(16, name="ip1")(inputs)
+        x = TopLoss(0.5, name="weighted")(x)
+        x = keras.layers.ReLU(name="relu1")(x)
+        x = keras.layers.Dense(16, activity_regularizer="l2", name="ip2")(x)
+        return keras.Model(inputs, keras.layers.Dense(5, name="ip3")(x), name="losses")
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((8, 20)).astype("float32"))
+    y = tf.constant(rng.integers(0, 5, 8).astype("int32"))
+    plain_loss, plain_grads = _loss_and_grads(build(), x, y)
+    model = build()
+    keras_caffe.LMS(threshold_kb=0).apply(model)
+    loss, grads = _loss_and_grads(model, x, y)
+    np.testing.assert_allclose(loss, plain_loss, rtol=1e-6)
+    for g, want in zip(grads, plain_grads):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)

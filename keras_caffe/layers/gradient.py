@@ -34,6 +34,10 @@ class TopLoss(keras.layers.Layer):
     ``model.losses`` to the loss.
     """
 
+    #: its call adds a loss (LMS runs such layers plain: a loss added inside
+    #: a rematerialized block would have no gradient)
+    adds_loss = True
+
     def __init__(self, weight, **kwargs):
         super().__init__(**kwargs)
         self.weight = float(weight)
