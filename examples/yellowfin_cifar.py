@@ -20,7 +20,7 @@ coloured background; the class is the orientation (5 angles) x the colour
 momentum ``yf_mu`` into the logs at every batch. Each step's loss is recovered
 from the epoch's running mean that ``fit`` logs: ``loss_k = k m_k - (k - 1)
 m_(k-1)`` (float32 means: about 1e-7 x k relative error). With matplotlib
-(``pip install keras-caffe[plots]``) the script writes a PNG with three panels
+(``pip install 'keras-caffe[plots]'``) the script writes a PNG with three panels
 (loss, lr on a log scale, mu over steps) and the series as JSON in the PNG's
 ``yellowfin`` text chunk; without it, or with ``--csv``, a CSV of step, loss,
 yf_lr, yf_mu. Both are written atomically. The defaults take about 5 minutes on
@@ -305,7 +305,7 @@ def main(argv=None):
         write_atomically(path, csv_bytes(series))
         print(f"wrote {path} (step, loss, yf_lr, yf_mu)")
         if not args.csv:
-            print("matplotlib is not installed: `pip install keras-caffe[plots]` gives the PNG")
+            print("matplotlib is not installed: `pip install 'keras-caffe[plots]'` gives the PNG")
     return 0
 
 

@@ -51,7 +51,7 @@ Where the batches differ from Caffe's, on purpose or by necessity:
   multiple of the batch size); the stream wraps record by record.
 - Image decoding follows OpenCV through the same libpng / libjpeg calls, but
   EXIF orientation is not applied, and only JPEG, PNG, GIF and BMP are read.
-- LevelDB (plyvel: ``pip install keras-caffe[leveldb]``) lets one process open a
+- LevelDB (plyvel: ``pip install 'keras-caffe[leveldb]'``) lets one process open a
   database at a time: a streamed LevelDB stays locked while its pipeline lives;
   one read into memory is closed after reading. Use LMDB when several processes
   read one database.

@@ -15,7 +15,7 @@ keys; Caffe's cursor reads them in key order. ``DatumRecords`` reads both
 through a store (``LmdbStore``, ``LevelDbStore``) that only knows how to open
 the database, count and list its records and fetch values by key.
 
-LevelDB (through ``plyvel``, ``pip install keras-caffe[leveldb]``) lets one
+LevelDB (through ``plyvel``, ``pip install 'keras-caffe[leveldb]'``) lets one
 process open a database at a time (its ``LOCK`` file) and writes to the
 database directory when opening it (its ``LOG``, and a compaction of the
 write-ahead log), as Caffe's reader does. A database read into memory is
@@ -107,7 +107,7 @@ class LmdbStore:
             import lmdb
         except ImportError:
             raise LayerError(layer.name, "reading LMDB needs the lmdb package "
-                                         "(pip install keras-caffe[lmdb])") from None
+                                         "(pip install 'keras-caffe[lmdb]')") from None
         try:
             self._env = _open_lmdb(lmdb, path)
             stat = self._env.stat()
@@ -148,7 +148,7 @@ class LevelDbStore:
             import plyvel
         except ImportError:
             raise LayerError(layer.name, "reading LevelDB needs the plyvel package "
-                                         "(pip install keras-caffe[leveldb], or pip install "
+                                         "(pip install 'keras-caffe[leveldb]', or pip install "
                                          "plyvel)") from None
         self.layer, self.path, self._plyvel = layer.name, path, plyvel
         if not os.path.isfile(os.path.join(path, "CURRENT")):

@@ -104,7 +104,7 @@ def test_default_run_writes_the_plot(tmp_path):
         assert not (tmp_path / "yf.csv").exists()
     else:
         check_series(read_csv(tmp_path / "yf.csv"), out)
-        assert "`pip install keras-caffe[plots]` gives the PNG" in out
+        assert "`pip install 'keras-caffe[plots]'` gives the PNG" in out
 
 
 def test_csv_flag_writes_the_csv(tmp_path):
@@ -122,7 +122,7 @@ def test_without_matplotlib_falls_back_to_csv(tmp_path):
     path = os.pathsep.join(filter(None, [str(blocker.parent), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     out = run_example(tmp_path, env=env)
-    assert "matplotlib is not installed: `pip install keras-caffe[plots]` gives the PNG" in out
+    assert "matplotlib is not installed: `pip install 'keras-caffe[plots]'` gives the PNG" in out
     assert not (tmp_path / "yf.png").exists()
     check_series(read_csv(tmp_path / "yf.csv"), out)
 

@@ -258,7 +258,7 @@ def test_without_plyvel_the_error_says_what_to_install(tmp_path, monkeypatch):
     path = write_leveldb(tmp_path / "db", [raw_datum(np.zeros((1, 2, 2)), 0)])
     monkeypatch.setitem(sys.modules, "plyvel", None)  # import plyvel raises ImportError
     message = ("layer 'data': reading LevelDB needs the plyvel package "
-               "(pip install keras-caffe[leveldb], or pip install plyvel)")
+               "(pip install 'keras-caffe[leveldb]', or pip install plyvel)")
     assert str(_raises(re.escape(message), layer_pipeline, leveldb_layer(path, 2))) == message
     _raises(re.escape(message), keras_caffe.import_model, _net(path))
 
