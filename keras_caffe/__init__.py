@@ -11,8 +11,11 @@
   (``keras-caffe train``), pycaffe's solver API.
 - ``LMS``: Large Model Support, recomputing or staging large activations
   so nets train beyond the device's memory.
-- ``keras_caffe.distributed`` (imported on its own): data-parallel training
-  with Horovod's ring all-reduce.
+- ``keras_caffe.distributed``: data-parallel training with Horovod's ring
+  all-reduce.
+
+``keras_caffe.callbacks`` and ``keras_caffe.distributed`` load on first use
+(``import keras_caffe`` is enough to reach them).
 """
 
 __version__ = "0.1.0"
@@ -48,3 +51,18 @@ __all__ = [
     "optimizer_from_solver", "Solver", "get_solver", "schedules", "import_model", "export_caffemodel", "param_multipliers", "layers",
     "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError", "LMS",
 ]
+
+#: submodules loaded when first reached as attributes (PEP 562)
+_LAZY = ("callbacks", "distributed")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"keras_caffe.{name}")
+    raise AttributeError(f"module 'keras_caffe' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

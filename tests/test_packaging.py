@@ -101,3 +101,23 @@ def test_suite_imports_the_installed_package():
     location = Path(keras_caffe.__file__).resolve()
     assert location != REPO / "keras_caffe" / "__init__.py"
     assert "site-packages" in location.parts, location
+
+
+@pytest.mark.parametrize("code, printed", [
+    # the README's snippets: `import keras_caffe` is enough
+    ("import keras_caffe; print(keras_caffe.callbacks.CaffeSnapshot.__name__)", "CaffeSnapshot"),
+    ("import keras_caffe; print(keras_caffe.importers.caffe_layers.__name__)", "caffe_layers"),
+    ("import keras_caffe; print(callable(keras_caffe.distributed.DistributedOptimizer))", "True"),
+    ("import keras_caffe; print('callbacks' in dir(keras_caffe))", "True"),
+])
+def test_submodules_are_reachable_from_the_package(code, printed, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == printed
+
+
+def test_a_missing_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match=r"^module 'keras_caffe' has no attribute 'nope'$"):
+        keras_caffe.nope  # noqa: B018
