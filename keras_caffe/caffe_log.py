@@ -97,10 +97,21 @@ class CaffeLog:
     def testing(self, iteration, index):
         self.line("solver.cpp:330", f"Iteration {iteration}, Testing net (#{index})")
 
-    def snapshot(self, weights, solverstate):
-        self.line("sgd_solver.cpp:273", f"Snapshotting to binary proto file {weights}")
-        self.line("sgd_solver.cpp:290",
-                  f"Snapshotting solver state to binary proto file {solverstate}")
+    #: snapshot format -> the weights line and the solverstate line (source,
+    #: file kind), as Caffe's Solver::SnapshotTo{BinaryProto,HDF5} and
+    #: SGDSolver::SnapshotSolverStateTo{BinaryProto,HDF5} log them (binary
+    #: proto's source lines as the golden Caffe build logs them, HDF5's from
+    #: BVLC's source); the Keras format's solverstate is an HDF5 file.
+    _SNAPSHOT_LINES = {
+        "caffe": (("solver.cpp:464", "binary proto"), ("sgd_solver.cpp:284", "binary proto")),
+        "caffe_hdf5": (("solver.cpp:474", "HDF5"), ("sgd_solver.cpp:296", "HDF5")),
+        "keras": (("solver.cpp:464", "Keras weights"), ("sgd_solver.cpp:296", "HDF5")),
+    }
+
+    def snapshot(self, weights, solverstate, format="caffe"):
+        (source, kind), (state_source, state_kind) = self._SNAPSHOT_LINES[format]
+        self.line(source, f"Snapshotting to {kind} file {weights}")
+        self.line(state_source, f"Snapshotting solver state to {state_kind} file {solverstate}")
 
     def restoring(self, path):
         self.line("solver.cpp:442", f"Restoring previous solver status from {path}")

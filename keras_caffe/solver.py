@@ -340,7 +340,7 @@ class Solver:
         files = save_snapshot(self.net, self.optimizer, prefix, self.iter,
                               format=self.snapshot_format, state=self._state())
         if self._log:
-            self._log.snapshot(files.weights, files.solverstate)
+            self._log.snapshot(files.weights, files.solverstate, files.format)
         return files
 
     def restore(self, path):

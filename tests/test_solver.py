@@ -103,3 +103,33 @@ def test_pycaffe_style_step(golden, tmp_path, monkeypatch):
     trajectory = np.load(work / "trajectory.npz")
     for name, blob in blobs_of(solver).items():
         np.testing.assert_allclose(blob, trajectory[name][-1], rtol=1e-5, atol=1e-6)
+
+
+def _snapshot_lines(text):
+    import re
+
+    return re.findall(r"\] (Snapshotting .*)$", text, flags=re.M), \
+        re.findall(r" (\w+\.cpp:\d+)\] Snapshotting", text)
+
+
+@pytest.mark.parametrize("fmt, weights, state", [
+    ("caffe", "binary proto file bin_run/snap_iter_30.caffemodel",
+     "binary proto file bin_run/snap_iter_30.solverstate"),
+    ("caffe_hdf5", "HDF5 file bin_run/snap_iter_30.caffemodel.h5",
+     "HDF5 file bin_run/snap_iter_30.solverstate.h5"),
+    ("keras", "Keras weights file bin_run/snap_iter_30.weights.h5",
+     "HDF5 file bin_run/snap_iter_30.solverstate"),
+])
+def test_snapshot_lines_name_the_files_format(golden, fmt, weights, state, tmp_path, monkeypatch):
+    """Caffe's lines for the format written (Solver::SnapshotToBinaryProto /
+    SnapshotToHDF5 and SGDSolver's solver-state counterparts); for Caffe's
+    own format, the very lines (and sources) of Caffe's log."""
+    _, log, _ = run_case("sgd", tmp_path, monkeypatch, snapshot_format=fmt)
+    messages, sources = _snapshot_lines(log)
+    assert messages == [f"Snapshotting to {weights}", f"Snapshotting solver state to {state}"]
+    if fmt == "caffe":
+        caffe = (golden / "solvers" / "sgd" / "caffe_binary.log").read_text()
+        assert (messages, sources) == _snapshot_lines(caffe)
+    else:
+        assert sources == ["solver.cpp:474" if fmt == "caffe_hdf5" else "solver.cpp:464",
+                           "sgd_solver.cpp:296"]
