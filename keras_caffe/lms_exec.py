@@ -23,8 +23,8 @@ the weights again in the backward pass, ordered before the optimizer's
 update of the same weights by a control edge only, and that was measured to
 fail: on TensorFlow 2.18 and 2.21 with Eigen's CPU kernels (2 cores, under
 load), training the golden SGD net with ``LMS(threshold_kb=0)`` through
-``keras.remat`` computed, about once in 10,000 steps (all within a run's
-first 40), ``ip1``'s gradient with ``ip2``'s weights as that same step's
+``keras.remat`` computed, 3 times in about 43,000 steps (runs of 40 steps;
+it only ever struck within a run's first 40), ``ip1``'s gradient with ``ip2``'s weights as that same step's
 update had left them (a float64 replay with the updated weights reproduces
 the wrong step exactly); it did not happen with Grappler's dependency
 optimizer off. ``tests/test_lms_ordering.py`` checks the ordering on the
