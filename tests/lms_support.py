@@ -39,7 +39,9 @@ def batch_for(model, n, seed=0):
 
 
 def loss_and_grads(model, x, y, training=True):
-    """One forward/backward in a ``tf.function``: (loss, [gradients])."""
+    """One forward/backward in a ``tf.function``: (loss, [gradients]); the
+    loss includes ``model.losses`` (what layers add in their call), as
+    ``model.fit`` counts them."""
     import tensorflow as tf
 
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -48,6 +50,7 @@ def loss_and_grads(model, x, y, training=True):
     def step(x, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=training))
+            loss = loss + sum(model.losses)
         return loss, tape.gradient(loss, model.trainable_variables)
 
     loss, grads = step(tf.constant(x), tf.constant(y))

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import keras_caffe
 from keras_caffe import lms_exec
+from lms_support import loss_and_grads
 
 pytestmark = pytest.mark.kernels
 
@@ -156,19 +157,6 @@ def test_without_lms_every_read_comes_before_its_update():
     assert unordered_reads(*step_graph(mlp(), keras_caffe.SGD(learning_rate=0.1))) == []
 
 
-def _loss_and_grads(model, x, y):
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True)) + tf.add_n(model.losses)
-        return loss, tape.gradient(loss, model.trainable_variables)
-
-    loss, grads = step(x, y)
-    return float(loss), [g.numpy() for g in grads]
-
-
 def test_layers_that_add_losses_keep_their_gradients():
     """A layer whose call adds a loss (keras-caffe's TopLoss: Caffe's
     loss_weight on a non-loss top; an activity regularizer) runs plain
@@ -187,12 +175,12 @@ def test_layers_that_add_losses_keep_their_gradients():
         return keras.Model(inputs, keras.layers.Dense(5, name="ip3")(x), name="losses")
 
     rng = np.random.default_rng(0)
-    x = tf.constant(rng.standard_normal((8, 20)).astype("float32"))
-    y = tf.constant(rng.integers(0, 5, 8).astype("int32"))
-    plain_loss, plain_grads = _loss_and_grads(build(), x, y)
+    x = rng.standard_normal((8, 20)).astype("float32")
+    y = rng.integers(0, 5, 8).astype("int32")
+    plain_loss, plain_grads = loss_and_grads(build(), x, y)
     model = build()
     keras_caffe.LMS(threshold_kb=0).apply(model)
-    loss, grads = _loss_and_grads(model, x, y)
+    loss, grads = loss_and_grads(model, x, y)
     np.testing.assert_allclose(loss, plain_loss, rtol=1e-6)
     for g, want in zip(grads, plain_grads):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)
