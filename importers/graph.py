@@ -24,8 +24,8 @@ from keras_caffe.errors import (
     UnknownLayerError,
     UnsafeLayerError,
 )
-from keras_caffe.importers.datasources import DATA_LAYER_TYPES
-from keras_caffe.importers.registry import get_converter, registered_types
+from keras_caffe.importers.layer_types import base as layer_types
+from keras_caffe.importers.layer_types.base import ShapeState, fmt
 from keras_caffe.importers.sharing import ParamSharing
 from keras_caffe.layers import CaffeBlobs
 from keras_caffe.layers.gradient import StopGradient, TopLoss
@@ -63,6 +63,11 @@ class Context:
         self.extra_blobs = {}
         #: {layer name: [SkippedField]}: fields of Caffe forks the schema lacks.
         self.skipped_fields = {}
+        #: The Caffe shapes (batch first) of the bottoms of the layer being
+        #: converted, and its unit's ``Shapes`` (None for a user's converter
+        #: without a shape rule).
+        self.bottom_shapes = []
+        self.shapes = None
 
     # -- naming --------------------------------------------------------------
 
@@ -234,7 +239,8 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     ctx.batchnorm_scale = _batchnorm_scale_pairs(net, outputs or ())
     ctx.input_shapes = {top: tuple(shape) for top, shape in (input_shapes or {}).items()}
     ctx.skipped_fields = dict(fork_fields or {})
-    blobs, inputs, available, used, silenced = {}, {}, {}, set(), {}
+    state = ShapeState(None, ctx.input_shapes, source)
+    blobs, inputs, available, used, silenced, caffe_shapes = {}, {}, {}, set(), {}, {}
     for index, layer in enumerate(net.layer):
         for bottom in layer.bottom:
             if bottom not in blobs:
@@ -242,9 +248,13 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
             if blobs[bottom].tensor is None:
                 raise LayerError(layer.name, f"reads {bottom!r}, a loss or metric output; "
                                              "only the training loop reads those")
-        label_bottoms = getattr(get_converter(layer.type), "label_bottoms", ())
+        unit = layer_types.unit(layer.type)
+        label_bottoms = unit.label_bottoms
         bottoms = _propagate_down(layer, [blobs[b] for b in layer.bottom], ctx, label_bottoms)
-        tops = _loss_weights(layer, _convert(layer, bottoms, ctx), ctx)
+        ctx.bottom_shapes = [caffe_shapes[b] for b in layer.bottom]
+        tops = _convert(unit, layer, bottoms, ctx, state)
+        _record_shapes(layer, tops, ctx, caffe_shapes)
+        tops = _loss_weights(layer, tops, ctx)
         _check_loss_propagation(layer, ctx, label_bottoms)
         for extra, blob in ctx.extra_blobs.items():
             if extra in blobs:
@@ -252,7 +262,7 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
             blobs[extra] = blob
         ctx.extra_blobs.clear()
         used.update(b for i, b in enumerate(layer.bottom) if i not in label_bottoms)
-        if layer.type == "Input" or layer.type in DATA_LAYER_TYPES:
+        if unit.data_layer or layer.type == "Input" or layer.type in _LEGACY_DATA:
             inputs.update((top, t.tensor) for top, t in zip(layer.top, tops))
         for bottom in layer.bottom:
             if available.pop(bottom, None) and layer.type == "Silence":
@@ -327,6 +337,9 @@ def _batchnorm_scale_pairs(net, outputs):
     return pairs
 
 
+_LEGACY_DATA = ("Data", "ImageData", "HDF5Data", "DummyData", "MemoryData")
+
+
 def _check_types(net, source):
     types = {layer.type for layer in net.layer}
     if "Python" in types:
@@ -336,16 +349,22 @@ def _check_types(net, source):
             "named in the model file; keras-caffe never executes code from a model file. "
             "Register a converter for the layer's behaviour, or replace it in the prototxt"
         )
-    missing = {t for t in types if get_converter(t) is None}
+    known = {t for t, found in layer_types.units().items() if found.build is not None}
+    missing = types - known
     if missing:
-        raise UnknownLayerError(source, missing, registered_types())
+        raise UnknownLayerError(source, missing, sorted(known))
 
 
-def _convert(layer, bottoms, ctx):
-    fn = get_converter(layer.type)
+def _convert(unit, layer, bottoms, ctx, state):
     ctx.layer = layer
+    ctx.shapes = None
+    if unit.shapes is not None and not (layer.type in _LEGACY_DATA
+                                        and type(unit).__name__ == "LegacyUnit"):
+        ctx.shapes = layer_types.run_shapes(unit, layer, ctx.bottom_shapes, state)
+        for i, blob in enumerate(ctx.shapes.weights):
+            ctx.check_size(layer, layer_types.count(blob), what=f"weight blob {i}")
     try:
-        tops = fn(layer, bottoms, ctx)
+        tops = unit.build(layer, bottoms, ctx)
         ctx.sharing.check_applied(layer)
     except CaffeImportError:
         raise
@@ -365,6 +384,27 @@ def _convert(layer, bottoms, ctx):
                                          f"{ctx.caffe_shape(blob)}")
         ctx.check_size(layer, int(np.prod(dims, dtype=np.int64)), what=f"top {top!r} per sample")
     return tops
+
+
+def _record_shapes(layer, tops, ctx, caffe_shapes):
+    """Each top's Caffe shape (batch first) for the shape rules of later
+    layers: the unit's, checked against what the Keras layers built (they
+    must agree on every axis Keras knows); a user's converter's from Keras."""
+    batch = ctx.bottom_shapes[0][0] if ctx.bottom_shapes and ctx.bottom_shapes[0] else 1
+    for i, (top, blob) in enumerate(zip(layer.top, tops)):
+        built = None if blob.tensor is None else ctx.caffe_shape(blob)
+        if ctx.shapes is None:
+            if built is not None:
+                caffe_shapes[top] = (batch, *built[1:]) if built else ()
+            continue
+        rule = tuple(ctx.shapes.tops[i])
+        if built is not None and (len(built) != len(rule) or any(
+                k is not None and k != r for k, r in zip(built[1:], rule[1:]))):
+            raise LayerError(layer.name, f"({layer.type}) the Keras layers give top {top!r} the "
+                                         f"shape {fmt(('N', *built[1:]))} but its shape rule "
+                                         f"gives {fmt(rule)}: a keras-caffe bug, please report "
+                                         "it with the prototxt")
+        caffe_shapes[top] = rule
 
 
 def _propagate_down(layer, bottoms, ctx, label_bottoms):

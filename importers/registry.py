@@ -1,24 +1,20 @@
-"""The explicit registry of layer converters: one small function per type.
+"""Converters for users' own layer types, in the registry of layer types.
 
 A converter turns one Caffe layer into Keras layers::
 
-    @converter("ReLU")
-    def relu(layer, bottoms, ctx):
+    @converter("MyLayer")
+    def my_layer(layer, bottoms, ctx):
         '''layer: LayerParameter; bottoms: [Blob]; returns the tops, [Blob].'''
         return [ctx.apply(keras.layers.ReLU(...), bottoms[0])]
 
-Registering a type twice is an error (``DuplicateConverterError``); users
-register converters for their own types the same way. The Keras layers a
-converter creates are named after the Caffe layer (``layer.name``).
+It is registered beside keras-caffe's own units (``keras_caffe.importers.
+layer_types``); registering a type twice is an error
+(``DuplicateConverterError``). The Keras layers a converter creates are
+named after the Caffe layer (``layer.name``).
 """
 
-from keras_caffe.errors import KerasCaffeError
-
-_CONVERTERS = {}
-
-
-class DuplicateConverterError(KerasCaffeError):
-    """A layer type already has a converter."""
+from keras_caffe.importers.layer_types import base
+from keras_caffe.importers.layer_types.base import DuplicateConverterError  # noqa: F401
 
 
 def converter(*layer_types):
@@ -27,42 +23,40 @@ def converter(*layer_types):
         raise TypeError("converter() takes one or more layer type strings")
 
     def register(fn):
-        for layer_type in layer_types:
-            if layer_type in _CONVERTERS:
-                old = _CONVERTERS[layer_type]
-                raise DuplicateConverterError(
-                    f"layer type {layer_type!r} already has a converter "
-                    f"({old.__module__}.{old.__qualname__}); unregister_converter() it first"
-                )
-            _CONVERTERS[layer_type] = fn
+        base.load_builtin()
+        base._register(layer_types, base.Converter(fn))
         return fn
 
     return register
 
 
 def unregister_converter(layer_type):
-    """Remove and return the converter of ``layer_type``."""
-    return _CONVERTERS.pop(layer_type)
+    """Remove the converter of ``layer_type``; returns the function (or, for
+    a built-in type, its ``LayerType`` unit)."""
+    removed = base.remove(layer_type)
+    return removed.fn if isinstance(removed, base.Converter) else removed
 
 
 def get_converter(layer_type):
-    _load_builtin()
-    return _CONVERTERS.get(layer_type)
+    """The ``LayerType`` unit of ``layer_type`` (a user's converter is one
+    too), or None."""
+    return base.unit(layer_type)
 
 
 def is_builtin(layer_type):
     """Whether keras-caffe itself converts ``layer_type`` (not a user's
     converter): its converter reads every field the schema gives the type."""
-    fn = get_converter(layer_type)
-    return fn is not None and fn.__module__.startswith("keras_caffe.")
+    found = base.unit(layer_type)
+    return found is not None and found.builtin
+
+
+def origin(layer_type):
+    """Where ``layer_type`` comes from (BVLC Caffe, a fork, or a user's
+    converter), or None for an unknown type."""
+    found = base.unit(layer_type)
+    return None if found is None else found.origin
 
 
 def registered_types():
     """The supported layer types, sorted."""
-    _load_builtin()
-    return sorted(_CONVERTERS)
-
-
-def _load_builtin():
-    # Importing the package registers every built-in converter.
-    import keras_caffe.importers.converters  # noqa: F401
+    return sorted(base.units())

@@ -84,7 +84,7 @@ from keras_caffe.importers.analyze.speedup import (
     parse_workers,
     scaling,
 )
-from keras_caffe.importers.analyze.shapes import UnknownLayerTypeError
+from keras_caffe.importers.analyze.core import UnknownLayerTypeError
 from keras_caffe.importers.analyze.units import BYTES_PER_VALUE, DEFAULT_BANDWIDTH, MB
 
 __all__ = [

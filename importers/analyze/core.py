@@ -1,16 +1,11 @@
 """``analyze()``: walks a net layer by layer through the shape rules and totals the numbers."""
 
 from keras_caffe.errors import ArgumentError, GraphError, LayerError
-from keras_caffe.importers.analyze import (  # noqa: F401  (importing registers the rules)
-    shapes_data,
-    shapes_elementwise,
-    shapes_losses,
-    shapes_structure,
-    shapes_vision,
-)
+from keras_caffe.errors import UnknownLayerError
 from keras_caffe.importers.analyze.communication import parse_bandwidth
 from keras_caffe.importers.analyze.report import LayerStats, Report
-from keras_caffe.importers.analyze.shapes import _RULES, _check_types, _count, _fmt
+from keras_caffe.importers.layer_types import base
+from keras_caffe.importers.layer_types.base import ShapeState, count as _count, fmt as _fmt
 from keras_caffe.importers.analyze.units import DEFAULT_BANDWIDTH
 from keras_caffe.importers.netfile import load_net, net_state
 
@@ -45,10 +40,9 @@ def analyze(net, batch=1, workers=1, bandwidth=DEFAULT_BANDWIDTH, phase="TEST", 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ArgumentError("analyze", "workers", f"must be a positive integer, got {workers!r}")
     bandwidth = parse_bandwidth(bandwidth)
-    param, source, _ = load_net(net, net_state(phase, level, stages),
-                                known=lambda layer_type: layer_type in _RULES)
+    param, source, _ = load_net(net, net_state(phase, level, stages), known=_sized)
     _check_types(param, source)
-    state = _State(batch, dict(input_shapes or {}), source)
+    state = ShapeState(batch, dict(input_shapes or {}), source)
     shapes, owners, rows = {}, {}, []
     for layer in param.layer:
         for bottom in layer.bottom:
@@ -56,24 +50,10 @@ def analyze(net, batch=1, workers=1, bandwidth=DEFAULT_BANDWIDTH, phase="TEST", 
                 raise GraphError(f"{source}: layer {layer.name!r} ({layer.type}) takes bottom "
                                  f"{bottom!r}, which no earlier layer produces")
         bottoms = [shapes[b] for b in layer.bottom]
-        rule = _RULES[layer.type]
-        try:
-            tops, weight_shapes, macs = rule(layer, bottoms, state)
-        except LayerError:
-            raise
-        except (ValueError, ZeroDivisionError, IndexError) as err:
-            given = ", ".join(_fmt(s) for s in bottoms) or "none"
-            raise LayerError(layer.name, f"({layer.type}) cannot compute its output shape from "
-                                         f"input shape(s) {given}: {err}") from None
-        if len(tops) != len(layer.top):
-            raise LayerError(layer.name, f"({layer.type}) produces {len(tops)} top(s) but names "
-                                         f"{len(layer.top)}")
+        result = base.run_shapes(base.unit(layer.type), layer, bottoms, state)
+        tops, weight_shapes, macs = result.tops, result.weights, result.macs
         for top, shape in zip(layer.top, tops):
-            if any(d <= 0 for d in shape):
-                given = ", ".join(_fmt(s) for s in bottoms) or "none"
-                raise LayerError(layer.name, f"({layer.type}) top {top!r} would have shape "
-                                             f"{_fmt(shape)} (input shape(s) {given})")
-            shapes[top] = shape
+            shapes[top] = tuple(shape)
         owned = []
         for i, blob in enumerate(weight_shapes):
             spec_name = layer.param[i].name if i < len(layer.param) else ""
@@ -114,26 +94,25 @@ def _net_batch(rows):
     return 1
 
 
-class _State:
-    def __init__(self, batch, input_shapes, source):
-        self.batch = batch
-        self.input_shapes = input_shapes
-        self.source = source
-        self.used_inputs = set()
+def _sized(layer_type):
+    found = base.unit(layer_type)
+    return found is not None and found.shapes is not None
 
-    def input_shape(self, layer, top, stated):
-        """The shape of an input top: ``input_shapes``, else ``stated`` (batch first)."""
-        if top in self.input_shapes:
-            self.used_inputs.add(top)
-            per_sample = tuple(int(d) for d in self.input_shapes[top])
-            batch = self.batch if self.batch is not None else (stated[0] if stated else 1)
-            return (batch, *per_sample)
-        if stated is None:
-            raise LayerError(layer.name, f"({layer.type}) reads its data from a database or "
-                                         f"file, so the shape of top {top!r} is unknown; give it "
-                                         f"with input_shapes={{{top!r}: (C, H, W)}} or analyze "
-                                         "the deploy net")
-        stated = tuple(int(d) for d in stated)
-        if not stated:
-            raise LayerError(layer.name, f"({layer.type}) top {top!r} has an empty shape")
-        return stated if self.batch is None else (self.batch, *stated[1:])
+
+class UnknownLayerTypeError(UnknownLayerError):
+    """Layer types ``analyze`` has no shape rule for; names the layers."""
+
+    def __init__(self, source, layers, known):
+        self.layers = dict(layers)  # layer name -> type
+        types = sorted(set(self.layers.values()))
+        named = ", ".join(f"{name!r} ({kind})" for name, kind in self.layers.items())
+        super().__init__(source, types, known)
+        self.args = (f"{source}: cannot analyze layer(s) {named}: no shape rule for type(s) "
+                     f"{', '.join(types)}; known types: {', '.join(self.known)}",)
+
+
+def _check_types(net, source):
+    unknown = {layer.name: layer.type for layer in net.layer if not _sized(layer.type)}
+    if unknown:
+        raise UnknownLayerTypeError(source, unknown,
+                                    sorted(t for t in base.units() if _sized(t)))

@@ -7,7 +7,7 @@ rules themselves live in the ``shapes_*`` modules, by family.
 
 import math
 
-from keras_caffe.errors import LayerError, UnknownLayerError
+from keras_caffe.errors import LayerError
 
 _RULES = {}
 
@@ -45,21 +45,3 @@ def _axis(axis, rank):
     if not 0 <= canonical < rank:
         raise ValueError(f"axis {axis} is out of range for a {rank}-D blob")
     return canonical
-
-
-class UnknownLayerTypeError(UnknownLayerError):
-    """Layer types ``analyze`` has no shape rule for; names the layers."""
-
-    def __init__(self, source, layers, known):
-        self.layers = dict(layers)  # layer name -> type
-        types = sorted(set(self.layers.values()))
-        named = ", ".join(f"{name!r} ({kind})" for name, kind in self.layers.items())
-        super().__init__(source, types, known)
-        self.args = (f"{source}: cannot analyze layer(s) {named}: no shape rule for type(s) "
-                     f"{', '.join(types)}; known types: {', '.join(self.known)}",)
-
-
-def _check_types(net, source):
-    unknown = {layer.name: layer.type for layer in net.layer if layer.type not in _RULES}
-    if unknown:
-        raise UnknownLayerTypeError(source, unknown, sorted(_RULES))

@@ -3,9 +3,7 @@
 from keras_caffe.importers.converters import (  # noqa: F401
     activations,
     fork_layers,
-    inner_product,
     io,
-    learned,
     losses,
     normalization,
     permute,
@@ -13,5 +11,4 @@ from keras_caffe.importers.converters import (  # noqa: F401
     shape,
     simple,
     structure,
-    vision,
 )

@@ -13,7 +13,7 @@ import keras
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 from keras_caffe.initializers import from_filler
 from keras_caffe.layers import elementwise as layers
 from keras_caffe.proto import caffe_pb2

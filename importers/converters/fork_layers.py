@@ -5,7 +5,7 @@ import keras
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.converters.activations import _initializer
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 from keras_caffe.layers.fork import Normalize, ShuffleChannel
 
 

@@ -5,7 +5,7 @@ import keras
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.datasources import DATA_LAYER_TYPES, data_shapes
 from keras_caffe.importers.graph import Blob
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 
 
 def _inputs(layer, shapes, ctx):

@@ -12,7 +12,7 @@ import keras
 from keras_caffe import losses
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 from keras_caffe.proto import caffe_pb2
 
 _NORM = caffe_pb2.LossParameter.NormalizationMode

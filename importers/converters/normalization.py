@@ -2,7 +2,7 @@
 
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 
 
 @converter("BatchNorm")

@@ -11,7 +11,7 @@ import keras
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 
 
 def permute_order(layer, rank):

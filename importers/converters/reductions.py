@@ -7,7 +7,7 @@ channels-last under ``channels_last``, like every image blob.
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 from keras_caffe.layers.reductions import MVN, ArgMax, Reduction
 from keras_caffe.proto import caffe_pb2
 

@@ -20,7 +20,7 @@ import keras
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 from keras_caffe.layers import shape as shape_layers
 
 

@@ -3,7 +3,7 @@
 import keras
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.registry import converter
+from keras_caffe.importers.layer_types._legacy import converter
 from keras_caffe.layers.elementwise import ReLU as CaffeReLU
 
 
