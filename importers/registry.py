@@ -58,5 +58,5 @@ def origin(layer_type):
 
 
 def registered_types():
-    """The supported layer types, sorted."""
-    return sorted(base.units())
+    """The layer types the importer converts, sorted."""
+    return sorted(t for t, found in base.units().items() if found.build is not None)

@@ -51,8 +51,8 @@ def geometry(layer, bottoms):
 def _planar(layer, shape, axis):
     """The Keras layers run 2-D convolutions over axis 1 of a 4-D blob."""
     if axis != 1 or len(shape) != 4:
-        raise LayerError(layer.name, f"({layer.type}) over axis {axis} of a {len(shape)}-D "
-                                     f"blob {fmt(shape)} is not supported: only 2-D "
+        raise LayerError(layer.name, f"({layer.type}) over axis {axis} is not supported for a "
+                                     f"{len(shape)}-D blob {fmt(shape)}: only 2-D "
                                      "(N, C, H, W) over axis 1")
 
 

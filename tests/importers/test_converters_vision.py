@@ -110,7 +110,7 @@ def test_convolution(case, data_format):
 
 @pytest.mark.converter("Convolution")
 def test_convolution_bad_group_names_the_layer():
-    with pytest.raises(LayerError, match="layer 'conv': group 3 must divide the 4 input channels"):
+    with pytest.raises(LayerError, match=r"layer 'conv': \(Convolution\) group 3 must divide the 4 input channels"):
         run_layers(conv_text(num_output=6, kernel_size=1, group=3), {"data": np.zeros((1, 4, 3, 3))})
 
 

@@ -1,14 +1,30 @@
-"""The converter registry: duplicates refused, every converter tested."""
+"""The registry of layer types: one unit per Caffe type, every unit complete.
+
+Each built-in type must have every piece of its unit (a docstring, an
+origin, a shape rule, a Keras construction, examples, a test marked
+``@pytest.mark.converter(type)``; data layers their source shapes and
+pipeline), and each example must give the same shapes and weight blobs
+through ``analyze`` (the shape rule alone) as through the importer (the
+Keras layers), in both data formats, and a finite forward pass.
+"""
 
 import ast
 from pathlib import Path
 
+import keras
+import numpy as np
 import pytest
 
 from keras_caffe.importers import converter, registered_types, unregister_converter
-from keras_caffe.importers.registry import DuplicateConverterError
+from keras_caffe.importers.analyze import analyze
+from keras_caffe.importers.api import caffe_layers, import_net
+from keras_caffe.importers.layer_types import base
+from keras_caffe.importers.registry import DuplicateConverterError, is_builtin, origin
 
 HERE = Path(__file__).parent
+ORIGINS = {base.BVLC, base.SSD, base.SEGNET, base.PSPNET, base.SHUFFLENET, base.FASTER_RCNN,
+           base.MOBILENET}
+DATA_FORMATS = ("channels_last", "channels_first")
 
 
 def _tested_types():
@@ -23,9 +39,94 @@ def _tested_types():
     return types
 
 
+def _builtin_units():
+    return {name: unit for name, unit in sorted(base.units().items()) if unit.builtin}
+
+
+def _examples():
+    cases = []
+    for name, unit in _builtin_units().items():
+        for i, example in enumerate(unit.examples):
+            if (example.type or unit.types[0]) == name:
+                cases += [pytest.param(name, i, fmt, id=f"{name}-{i}-{fmt}")
+                          for fmt in DATA_FORMATS]
+    return cases
+
+
 @pytest.mark.parametrize("layer_type", registered_types())
 def test_every_converter_has_a_test(layer_type):
     assert layer_type in _tested_types(), f"no test marked @pytest.mark.converter({layer_type!r})"
+
+
+@pytest.mark.parametrize("layer_type", sorted(_builtin_units()))
+def test_every_unit_has_every_piece(layer_type):
+    unit = base.unit(layer_type)
+    cls = type(unit)
+    assert cls.__doc__ and cls.__doc__.strip(), f"{cls.__qualname__} has no docstring"
+    assert unit.origin in ORIGINS, f"{layer_type}: unknown origin {unit.origin!r}"
+    assert origin(layer_type) == unit.origin and is_builtin(layer_type)
+    assert cls.shapes is not base.LayerType.shapes, f"{layer_type} has no shape rule"
+    assert cls.build is not base.LayerType.build, f"{layer_type} has no Keras construction"
+    if unit.data_layer:
+        assert callable(getattr(unit, "source_shapes", None)), f"{layer_type}: no source_shapes"
+        assert hasattr(unit, "pipeline"), f"{layer_type}: no pipeline"
+    else:
+        own = [e for e in unit.examples if (e.type or unit.types[0]) == layer_type]
+        assert own, f"{layer_type} has no example for the registry-wide test"
+
+
+def _net_text(layer_type, example):
+    shapes = "".join("  shape { " + " ".join(f"dim: {d}" for d in shape) + " }\n"
+                     for shape in example.bottoms)
+    bottoms = [f"b{i}" for i in range(len(example.bottoms))]
+    tops = "".join(f'  top: "{b}"\n' for b in bottoms)
+    text = f'layer {{\n  name: "in"\n  type: "Input"\n{tops}  input_param {{\n{shapes}  }}\n}}\n'
+    text += (f'layer {{\n  name: "x"\n  type: "{layer_type}"\n'
+             + "".join(f'  bottom: "{b}"\n' for b in bottoms)
+             + "".join(f'  top: "t{i}"\n' for i in range(example.tops))
+             + f"  {example.params}\n}}\n")
+    return text
+
+
+def _feed(example, data_format, rng):
+    arrays = []
+    for i, shape in enumerate(example.bottoms):
+        if i in example.integer_bottoms:
+            value = rng.integers(0, example.integer_high, size=shape).astype(np.float32)
+        else:
+            value = rng.standard_normal(shape).astype(np.float32)
+        if data_format == "channels_last" and value.ndim >= 3:
+            value = np.moveaxis(value, 1, -1)
+        arrays.append(value)
+    return arrays
+
+
+@pytest.mark.parametrize("layer_type, index, data_format", _examples())
+def test_example_shapes_agree(layer_type, index, data_format):
+    """analyze's shape rule and the importer's Keras layers agree on the tops'
+    shapes and the weight blobs; the forward pass is finite."""
+    unit = base.unit(layer_type)
+    example = unit.examples[index]
+    text = _net_text(layer_type, example)
+    report = analyze(text, batch=None, phase=example.phase)
+    row = next(r for r in report.layers if r.name == "x")
+    # A loss or metric's tops are no tensors: the model outputs its prediction.
+    wanted = ["b0"] if unit.label_bottoms else [t for t, _ in row.tops]
+    imported = import_net(text, phase=example.phase, data_format=data_format, outputs=wanted)
+    keras_layer = caffe_layers(imported.model).get("x")
+    blobs = keras_layer.caffe_blob_shapes() if keras_layer is not None else []
+    assert [tuple(b) for b in blobs] == [tuple(w) for w in row.weight_shapes]
+    outputs = imported.model(_feed(example, data_format, np.random.default_rng(index)))
+    if not isinstance(outputs, dict):
+        outputs = {imported.model.caffe_outputs[0]: outputs}
+    expected = dict(row.tops)
+    for name, value in outputs.items():
+        value = keras.ops.convert_to_numpy(value)
+        if data_format == "channels_last" and value.ndim >= 3:
+            value = np.moveaxis(value, -1, 1)
+        if name in expected:
+            assert value.shape == expected[name], name
+        assert np.all(np.isfinite(value)), name
 
 
 def test_duplicate_registration_is_an_error():
@@ -36,10 +137,38 @@ def test_duplicate_registration_is_an_error():
 def test_users_register_their_own_types():
     @converter("MyIdentity")
     def my_identity(layer, bottoms, ctx):
+        """Passes its bottom through."""
         return bottoms
 
     try:
         assert "MyIdentity" in registered_types()
+        assert not is_builtin("MyIdentity")
+        assert origin("MyIdentity").startswith("user (")
     finally:
         assert unregister_converter("MyIdentity") is my_identity
     assert "MyIdentity" not in registered_types()
+
+
+def test_a_user_converter_feeds_later_shape_rules():
+    """A user's converter has no shape rule: the shapes of its tops come from
+    the Keras layers it built, and the layers after it are checked as usual."""
+
+    @converter("Doubler")
+    def doubler(layer, bottoms, ctx):
+        """Concatenates its bottom with itself on the channel axis."""
+        blob = bottoms[0]
+        axis = ctx.axis(blob, 1)
+        return [ctx.same_layout(keras.layers.Concatenate(axis=axis)([blob.tensor] * 2), blob)]
+
+    text = ('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 2 '
+            'dim: 4 dim: 4 } } }\n'
+            'layer { name: "d" type: "Doubler" bottom: "x" top: "y" }\n'
+            'layer { name: "c" type: "Convolution" bottom: "y" top: "z" '
+            'convolution_param { num_output: 3 kernel_size: 3 } }\n')
+    try:
+        model = import_net(text).model
+        conv = caffe_layers(model)["c"]
+        assert conv.caffe_blob_shapes() == [(3, 4, 3, 3), (3,)]
+        assert tuple(model.output.shape) == (None, 2, 2, 3)
+    finally:
+        unregister_converter("Doubler")
