@@ -54,7 +54,7 @@ def _parser():
     imp.add_argument("--data-format", default="channels_last",
                      choices=["channels_last", "channels_first"])
     imp.add_argument("--summary", action="store_true", help="only print the layer table")
-    imp.add_argument("--list-layers", action="store_true", help="print the supported layer types")
+    imp.add_argument("--list-layers", action="store_true", help="print the supported layer types and where each comes from (BVLC Caffe or a fork)")
     ana = sub.add_parser(
         "analyze", help="weights |W|, activations |D|, FLOPs, data-parallel communication time",
         description="Per layer and in total: weight and activation bytes (float32, FireCaffe's "
@@ -187,9 +187,13 @@ def _cmd_import(args):
     console = Console()
     if args.list_layers:
         from keras_caffe.importers import registered_types
+        from keras_caffe.importers.registry import origin
 
-        for layer_type in registered_types():
-            console.print(layer_type, highlight=False)
+        types = registered_types()
+        width = max(map(len, types)) + 2
+        # Plain lines (never cut): the type, then where it comes from.
+        for layer_type in types:
+            print(f"{layer_type:<{width}}{origin(layer_type)}")
         return 0
     if not args.net:
         raise _usage("import needs a net (.prototxt), or --list-layers")

@@ -46,8 +46,17 @@ def test_summary_only_inspects(lenet, tmp_path, capsys):
 
 
 def test_list_layers(capsys):
+    """One line per type: its name, then its origin (BVLC Caffe or the fork)."""
+    from keras_caffe.importers.registry import origin
+
     assert cli.main(["import", "--list-layers"]) == 0
-    assert capsys.readouterr().out.split() == registered_types()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == registered_types()
+    for line, layer_type in zip(lines, registered_types()):
+        assert line[len(layer_type):].strip() == origin(layer_type)
+    found = dict(line.split(None, 1) for line in lines)
+    assert found["Convolution"] == "BVLC Caffe"
+    assert found["Permute"] == "SSD (weiliu89/caffe)"
 
 
 @pytest.mark.parametrize(

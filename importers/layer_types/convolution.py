@@ -16,9 +16,11 @@ from keras_caffe.importers.layer_types.base import (
 )
 
 
-def geometry(layer, bottoms):
+def geometry(layer, bottoms, depthwise=False):
     """``BaseConvolutionLayer::LayerSetUp``'s checks: (param, shape, axis,
-    kernel, stride, pad, dilation, channels) for bottoms all of one shape."""
+    kernel, stride, pad, dilation, channels, group) for bottoms all of one
+    shape; ``depthwise``: the group is the number of input channels,
+    whatever ``group`` says (the depthwise forks' layers)."""
     p = layer.convolution_param
     if not bottoms or any(tuple(b) != tuple(bottoms[0]) for b in bottoms):
         raise LayerError(layer.name, f"({layer.type}) needs one or more bottoms of one shape, got "
@@ -42,10 +44,14 @@ def geometry(layer, bottoms):
     channels = shape[axis]
     if p.num_output <= 0:
         raise LayerError(layer.name, f"({layer.type}) num_output must be positive")
-    if p.group <= 0 or channels % p.group or p.num_output % p.group:
-        raise LayerError(layer.name, f"({layer.type}) group {p.group} must divide the {channels} "
+    group = channels if depthwise else p.group
+    if depthwise and p.num_output % channels:
+        raise LayerError(layer.name, f"({layer.type}) num_output {p.num_output} must be a "
+                                     f"multiple of the {channels} input channels (depthwise)")
+    if group <= 0 or channels % group or p.num_output % group:
+        raise LayerError(layer.name, f"({layer.type}) group {group} must divide the {channels} "
                                      f"input channels and num_output {p.num_output}")
-    return p, shape, axis, kernel, stride, pad, dilation, channels
+    return p, shape, axis, kernel, stride, pad, dilation, channels, group
 
 
 def _planar(layer, shape, axis):
@@ -61,6 +67,9 @@ class Convolution(LayerType):
     """Convolution with group, dilation, pad/kernel/stride (or _h/_w),
     bias_term; several bottoms (one top each) share the weights."""
 
+    #: Whether the group is always the input channels (depthwise forks).
+    depthwise = False
+
     examples = (
         Example("convolution_param { num_output: 4 kernel_size: 3 pad: 1 stride: 2 }",
                 [(2, 3, 9, 9)]),
@@ -71,7 +80,8 @@ class Convolution(LayerType):
     )
 
     def shapes(self, layer, bottoms, state):
-        p, shape, axis, kernel, stride, pad, dilation, channels = geometry(layer, bottoms)
+        p, shape, axis, kernel, stride, pad, dilation, channels, group = geometry(
+            layer, bottoms, self.depthwise)
         out = []
         for size, k, s, q, d in zip(shape[axis + 1:], kernel, stride, pad, dilation):
             extent = d * (k - 1) + 1
@@ -81,21 +91,21 @@ class Convolution(LayerType):
                                              f"{fmt(shape)})")
             out.append((size + 2 * q - extent) // s + 1)
         top = (*shape[:axis], p.num_output, *out)
-        weights = [(p.num_output, channels // p.group, *kernel)]
+        weights = [(p.num_output, channels // group, *kernel)]
         if p.bias_term:
             weights.append((p.num_output,))
-        macs = count(top) * (channels // p.group) * count(kernel)
+        macs = count(top) * (channels // group) * count(kernel)
         return Shapes([top] * len(layer.top), weights, macs * len(layer.top))
 
     def build(self, layer, bottoms, ctx):
-        p, shape, axis, kernel, stride, pad, dilation, channels = geometry(
-            layer, ctx.bottom_shapes)
+        p, shape, axis, kernel, stride, pad, dilation, channels, group = geometry(
+            layer, ctx.bottom_shapes, self.depthwise)
         _planar(layer, shape, axis)
         conv = layers.Convolution(
-            p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=p.group,
+            p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=group,
             bias_term=p.bias_term, data_format=ctx.data_format, name=ctx.keras_name(layer.name),
             caffe_name=layer.name,
-            **fillers(p, (p.num_output, channels // p.group, *kernel), (p.num_output,)),
+            **fillers(p, (p.num_output, channels // group, *kernel), (p.num_output,)),
         )
         # Several bottoms share the weights, one top each (as in Caffe).
         return [ctx.image_output(ctx.apply(conv, ctx.as_image(b, layer))) for b in bottoms]
@@ -114,7 +124,7 @@ class Deconvolution(LayerType):
     )
 
     def shapes(self, layer, bottoms, state):
-        p, shape, axis, kernel, stride, pad, dilation, channels = geometry(layer, bottoms)
+        p, shape, axis, kernel, stride, pad, dilation, channels, group = geometry(layer, bottoms)
         out = [s * (size - 1) + d * (k - 1) + 1 - 2 * q
                for size, k, s, q, d in zip(shape[axis + 1:], kernel, stride, pad, dilation)]
         if min(out) <= 0:
@@ -122,21 +132,21 @@ class Deconvolution(LayerType):
                                          f"{fmt(shape[axis + 1:])} with kernel {kernel}, "
                                          f"stride {stride}, dilation {dilation}")
         top = (*shape[:axis], p.num_output, *out)
-        weights = [(channels, p.num_output // p.group, *kernel)]
+        weights = [(channels, p.num_output // group, *kernel)]
         if p.bias_term:
             weights.append((p.num_output,))
-        macs = count(shape) * (p.num_output // p.group) * count(kernel)
+        macs = count(shape) * (p.num_output // group) * count(kernel)
         return Shapes([top] * len(layer.top), weights, macs * len(layer.top))
 
     def build(self, layer, bottoms, ctx):
-        p, shape, axis, kernel, stride, pad, dilation, channels = geometry(
+        p, shape, axis, kernel, stride, pad, dilation, channels, group = geometry(
             layer, ctx.bottom_shapes)
         _planar(layer, shape, axis)
         deconv = KerasDeconvolution(
-            p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=p.group,
+            p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=group,
             bias_term=p.bias_term, data_format=ctx.data_format, name=ctx.keras_name(layer.name),
             caffe_name=layer.name,
-            **fillers(p, (channels, p.num_output // p.group, *kernel), (p.num_output,)),
+            **fillers(p, (channels, p.num_output // group, *kernel), (p.num_output,)),
         )
         return [ctx.image_output(ctx.apply(deconv, ctx.as_image(bottom, layer)))
                 for bottom in bottoms]
