@@ -51,6 +51,10 @@ PSPNET = "PSPNet (hszhao/PSPNet), DeepLab"
 SHUFFLENET = "ShuffleNet (farmingyard/ShuffleNet)"
 FASTER_RCNN = "Faster R-CNN (rbgirshick/caffe-fast-rcnn)"
 MOBILENET = "MobileNet forks (depthwise convolution)"
+SENET = "SENet (hujie-frank/SENet)"
+MOBILENET_V2 = "MobileNet-v2 forks (ReLU6)"
+#: Every origin a built-in unit may name.
+ORIGINS = (BVLC, SSD, SEGNET, PSPNET, SHUFFLENET, FASTER_RCNN, MOBILENET, SENET, MOBILENET_V2)
 
 
 class DuplicateConverterError(KerasCaffeError):

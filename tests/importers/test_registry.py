@@ -22,8 +22,6 @@ from keras_caffe.importers.layer_types import base
 from keras_caffe.importers.registry import DuplicateConverterError, is_builtin, origin
 
 HERE = Path(__file__).parent
-ORIGINS = {base.BVLC, base.SSD, base.SEGNET, base.PSPNET, base.SHUFFLENET, base.FASTER_RCNN,
-           base.MOBILENET}
 DATA_FORMATS = ("channels_last", "channels_first")
 
 
@@ -63,7 +61,7 @@ def test_every_unit_has_every_piece(layer_type):
     unit = base.unit(layer_type)
     cls = type(unit)
     assert cls.__doc__ and cls.__doc__.strip(), f"{cls.__qualname__} has no docstring"
-    assert unit.origin in ORIGINS, f"{layer_type}: unknown origin {unit.origin!r}"
+    assert unit.origin in base.ORIGINS, f"{layer_type}: unknown origin {unit.origin!r}"
     assert origin(layer_type) == unit.origin and is_builtin(layer_type)
     assert cls.shapes is not base.LayerType.shapes, f"{layer_type} has no shape rule"
     assert cls.build is not base.LayerType.build, f"{layer_type} has no Keras construction"
