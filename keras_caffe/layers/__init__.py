@@ -11,6 +11,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     fork,
     gradient,
     reductions,
+    roi_pooling,
     shape,
 )
 from keras_caffe.layers.base import CaffeBlobs
