@@ -209,7 +209,8 @@ def count(shape):
 
 
 def fmt(shape):
-    return "(" + ", ".join(str(d) for d in shape) + ")"
+    """A shape as Python writes a tuple: ``(2,)``, ``(2, 3)``."""
+    return str(tuple(shape))
 
 
 def canonical_axis(axis, rank):

@@ -1,5 +1,7 @@
 """Caffe's Convolution as a Keras layer: explicit pads, groups, dilation."""
 
+import math
+
 import keras
 import numpy as np
 from keras import ops
@@ -64,14 +66,29 @@ class Convolution(ConvolutionParameters):
         return self.stride == (1, 1) and all(
             2 * p == (k - 1) * d for p, k, d in zip(self.pad, self.kernel_size, self.dilation))
 
+    def _strides(self):
+        """(strides to run, every how many outputs to keep after) per axis.
+
+        Keras's Conv2D refuses a stride with dilation: run at stride 1, keep
+        every stride-th output. Eigen's depthwise kernel (TensorFlow without
+        oneDNN) refuses unequal row and column strides: run at their greatest
+        common divisor g and keep every (stride / g)-th output, which is the
+        same set of windows (window i at stride s starts at i*s = (i*s/g)*g).
+        """
+        if max(self.dilation) > 1 and max(self.stride) > 1:
+            return (1, 1), self.stride
+        if self.depthwise and self.stride[0] != self.stride[1]:
+            g = math.gcd(*self.stride)
+            return (g, g), (self.stride[0] // g, self.stride[1] // g)
+        return self.stride, (1, 1)
+
     def call(self, x):
         x = to_nhwc(x, self.data_format)
         padding = "same" if any(self.pad) and self._same_padding() else "valid"
         if any(self.pad) and padding == "valid":
             ph, pw = self.pad
             x = ops.pad(x, [[0, 0], [ph, ph], [pw, pw], [0, 0]])
-        subsample = max(self.dilation) > 1 and max(self.stride) > 1
-        strides = (1, 1) if subsample else self.stride
+        strides, keep = self._strides()
         kernel = self.blob(self.kernel)
         if self.depthwise:
             y = ops.depthwise_conv(x, kernel, strides=strides, padding=padding,
@@ -79,8 +96,8 @@ class Convolution(ConvolutionParameters):
         else:
             y = ops.conv(x, kernel, strides=strides, padding=padding,
                          dilation_rate=self.dilation)
-        if subsample:
-            y = y[:, ::self.stride[0], ::self.stride[1], :]
+        if keep != (1, 1):
+            y = y[:, ::keep[0], ::keep[1], :]
         if self.bias is not None:
             y = y + self.blob(self.bias)
         return from_nhwc(y, self.data_format)
