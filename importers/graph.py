@@ -401,7 +401,7 @@ def _record_shapes(layer, tops, ctx, caffe_shapes):
         if built is not None and (len(built) != len(rule) or any(
                 k is not None and k != r for k, r in zip(built[1:], rule[1:]))):
             raise LayerError(layer.name, f"({layer.type}) the Keras layers give top {top!r} the "
-                                         f"shape {fmt(('N', *built[1:]))} but its shape rule "
+                                         f"shape {fmt((None, *built[1:]))} but its shape rule "
                                          f"gives {fmt(rule)}: a keras-caffe bug, please report "
                                          "it with the prototxt")
         caffe_shapes[top] = rule
