@@ -190,8 +190,8 @@ class ContrastiveLoss(LayerType):
         p = layer.contrastive_loss_param
         loss = losses.ContrastiveLoss(margin=p.margin, legacy_version=p.legacy_version,
                                       name=keras_loss_name(layer))
-        ctx.training.add_loss(layer, prediction=name, label=layer.bottom[2], weight=loss_weight(layer),
-                              loss=loss)
+        ctx.training.add_loss(layer, prediction=name, label=layer.bottom[2], loss=loss,
+                              weight=loss_weight(layer))
         return [Blob(None, "loss")]
 
 
