@@ -1,28 +1,19 @@
-"""Shape rules of the layers that end a net: the losses, Accuracy, Silence and HDF5Output."""
+"""Shape rules of the layers that end a net and have no unit yet: the losses
+keras-caffe cannot import (InfogainLoss, MultinomialLogisticLoss; ``analyze``
+sizes them), Silence and HDF5Output."""
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.analyze.shapes import _axis, _bottoms, _rule
+from keras_caffe.importers.analyze.shapes import _rule
 
 
-@_rule("SoftmaxWithLoss", "EuclideanLoss", "SigmoidCrossEntropyLoss", "HingeLoss",
-       "InfogainLoss", "MultinomialLogisticLoss", "ContrastiveLoss")
+@_rule("InfogainLoss", "MultinomialLogisticLoss")
 def _loss(layer, bottoms, state):
     if len(bottoms) < 2:
         raise LayerError(layer.name, f"({layer.type}) takes at least 2 bottoms, got "
                                      f"{len(bottoms)}")
     tops = [()]
     if len(layer.top) > 1:
-        tops.append(bottoms[0])  # SoftmaxWithLoss: the probabilities
-    return tops, [], 0
-
-
-@_rule("Accuracy")
-def _accuracy(layer, bottoms, state):
-    _bottoms(layer, bottoms, 2)
-    tops = [()]
-    if len(layer.top) > 1:
-        shape = bottoms[0]
-        tops.append((shape[_axis(layer.accuracy_param.axis, len(shape))],))
+        tops.append(bottoms[0])  # InfogainLoss: the probabilities
     return tops, [], 0
 
 

@@ -4,7 +4,6 @@ from keras_caffe.importers.converters import (  # noqa: F401
     activations,
     fork_layers,
     io,
-    losses,
     normalization,
     permute,
     reductions,

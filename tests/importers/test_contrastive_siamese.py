@@ -85,8 +85,8 @@ def test_contrastive_loss_checks_its_bottoms():
     text = (loss_net(3).replace('top: "b" top: "sim"', 'top: "b" top: "sim" top: "x"')
             .replace("shape { dim: 6 } }", "shape { dim: 6 } shape { dim: 6 dim: 2 dim: 2 dim: 2 } }")
             .replace('bottom: "b" bottom: "sim"', 'bottom: "x" bottom: "sim"'))
-    with pytest.raises(LayerError, match=r"layer 'loss': features must be \(N, C\) or "
-                                         r"\(N, C, 1, 1\), got \(None, 2, 2, 2\)"):
+    with pytest.raises(LayerError, match=r"layer 'loss': \(ContrastiveLoss\) features must be "
+                                         r"\(N, C\) or \(N, C, 1, 1\), got \(6, 2, 2, 2\)"):
         keras_caffe.import_model(text, phase="TRAIN")
     with pytest.raises(LayerError, match=r"takes two features and a similarity label, got 2"):
         keras_caffe.import_model(loss_net(3).replace('bottom: "b" ', ""), phase="TRAIN")
