@@ -1,14 +1,10 @@
 """The built-in converters; importing this package registers them all."""
 
 from keras_caffe.importers.converters import (  # noqa: F401
-    activations,
-    fork_layers,
     io,
     losses,
-    normalization,
     permute,
     reductions,
     shape,
-    simple,
     structure,
 )
