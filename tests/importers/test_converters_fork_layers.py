@@ -83,6 +83,6 @@ def test_shuffle_channel(data_format, group):
 def test_shuffle_channel_group_must_divide_the_channels():
     text = ('layer { name: "shuffle" type: "ShuffleChannel" bottom: "x" top: "s" '
             'shuffle_channel_param { group: 4 } }')
-    with pytest.raises(LayerError, match=r"layer 'shuffle': group 4 does not divide the 6 "
-                                         r"channels"):
+    with pytest.raises(LayerError, match=r"layer 'shuffle': \(ShuffleChannel\) group 4 does not "
+                                         r"divide the 6 channels"):
         run_layers(text, {"x": np.zeros((1, 6, 2, 2), "float32")})
