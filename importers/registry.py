@@ -47,7 +47,7 @@ def is_builtin(layer_type):
     """Whether keras-caffe itself converts ``layer_type`` (not a user's
     converter): its converter reads every field the schema gives the type."""
     found = base.unit(layer_type)
-    return found is not None and found.builtin
+    return found is not None and found.builtin and found.build is not None
 
 
 def origin(layer_type):

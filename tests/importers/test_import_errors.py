@@ -94,11 +94,11 @@ def test_absurd_sizes_are_refused_before_allocating():
     before the Keras layer exists, and the process's peak memory stays put."""
     text = INPUT + conv("huge", "data", num_output=2000000000)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with pytest.raises(LayerError, match="layer 'huge': weights of 54,000,000,000 values exceed"):
+    with pytest.raises(LayerError, match="layer 'huge': weight blob 0 of 54,000,000,000 values exceed"):
         keras_caffe.import_model(text)
     ip = INPUT + ('layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" '
                   'inner_product_param { num_output: 2000000000 } }\n')
-    with pytest.raises(LayerError, match="layer 'fc': weights of 384,000,000,000 values"):
+    with pytest.raises(LayerError, match="layer 'fc': weight blob 0 of 384,000,000,000 values"):
         keras_caffe.import_model(ip)
     huge_input = 'layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 100000 dim: 100000 } } }'
     with pytest.raises(LayerError, match="layer 'data': input 'data' per sample of 30,000,000,000"):
