@@ -6,9 +6,5 @@ from keras_caffe.importers.converters import (  # noqa: F401
     io,
     losses,
     normalization,
-    permute,
-    reductions,
-    shape,
     simple,
-    structure,
 )
