@@ -2,8 +2,4 @@
 
 from keras_caffe.importers.converters import (  # noqa: F401
     io,
-    permute,
-    reductions,
-    shape,
-    structure,
 )

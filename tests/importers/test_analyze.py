@@ -389,7 +389,7 @@ layer { name: "py" type: "Python" bottom: "out" top: "out2"
      'layer { name: "pool2" type: "Pooling" bottom: "fc" top: "p" '
      'pooling_param { pool: MAX kernel_size: 2 } }', "pool2", "4-D"),
     ('layer { name: "rs" type: "Reshape" bottom: "data" top: "rs" '
-     'reshape_param { shape { dim: 0 dim: 7 dim: -1 } } }', "rs", "-1"),
+     'reshape_param { shape { dim: 0 dim: 7 dim: -1 } } }', "rs", "not divisible"),
     ('layer { name: "cat" type: "Concat" bottom: "data" bottom: "fc" top: "cat" }\n'
      'layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" '
      'inner_product_param { num_output: 4 } }', None, "'cat'.*'fc'"),

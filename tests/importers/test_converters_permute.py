@@ -67,9 +67,9 @@ def test_permute_of_a_flattened_blob():
 
 @pytest.mark.converter("Permute")
 @pytest.mark.parametrize("order, message", [
-    ((0, 4), r"layer 'perm': order 4 is out of range for a 4-D input"),
-    ((0, 2, 2), r"layer 'perm': order repeats axis 2"),
-    ((1, 0), r"layer 'perm': order \[1, 0, 2, 3\] moves the batch axis"),
+    ((0, 4), r"layer 'perm': \(Permute\) order 4 is out of range for a 4-D input"),
+    ((0, 2, 2), r"layer 'perm': \(Permute\) order repeats axis 2"),
+    ((1, 0), r"layer 'perm': \(Permute\) order \[1, 0, 2, 3\] moves the batch axis"),
 ])
 def test_permute_refuses_what_the_fork_refuses(order, message):
     with pytest.raises(LayerError, match=message):

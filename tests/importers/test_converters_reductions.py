@@ -6,8 +6,8 @@ import pytest
 from google.protobuf import text_format
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.converters import reductions as converters
 from keras_caffe.importers.graph import Blob, Context
+from keras_caffe.importers.layer_types import unit
 from keras_caffe.layers.reductions import MVN, ArgMax, Reduction
 from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS, run_layers
@@ -26,7 +26,8 @@ def layer_text(kind, param, name="out", **p):
 
 
 def run_on_flat(kind, param_text, x_nchw):
-    """A converter applied directly to a "flat" blob (channels-last, flattened) of ``x_nchw``.
+    """A unit's ``build`` applied directly to a "flat" blob (channels-last,
+    flattened) of ``x_nchw``.
 
     Returns the top in Caffe's layout (flat tops are put back in Caffe's order).
     """
@@ -36,9 +37,10 @@ def run_on_flat(kind, param_text, x_nchw):
     n, c, h, w = x_nchw.shape
     inputs = keras.Input((h, w, c))
     flat = Blob(keras.layers.Flatten()(inputs), "flat", (c, h, w))
-    fn = {"ArgMax": converters.argmax, "Reduction": converters.reduction,
-          "MVN": converters.mvn}[kind]
-    top = fn(layer, [flat], ctx)[0]
+    found = unit(kind)
+    ctx.layer, ctx.bottom_shapes = layer, [(n, c * h * w)]
+    ctx.shapes = found.shapes(layer, ctx.bottom_shapes, None)
+    top = found.build(layer, [flat], ctx)[0]
     if top.layout == "flat":
         top = ctx.caffe_order(top, layer)
     model = keras.Model(inputs, top.tensor)
@@ -136,11 +138,12 @@ def test_argmax_on_a_flattened_channels_last_blob(param_text, axis):
 
 
 ARGMAX_ERRORS = {
-    "top_k_zero": (dict(top_k=0), "top_k must be at least 1"),
-    "top_k_past_axis": (dict(axis=1, top_k=4), "top_k 4 exceeds axis 1's size 3"),
-    "top_k_past_count": (dict(top_k=50), "top_k 50 exceeds the 48 values per sample"),
-    "axis_out_of_range": (dict(axis=4), "axis 4 is out of range for a 4-D blob"),
-    "negative_axis_out_of_range": (dict(axis=-5), "axis -5 is out of range"),
+    "top_k_zero": (dict(top_k=0), r"\(ArgMax\) top_k must be at least 1"),
+    "top_k_past_axis": (dict(axis=1, top_k=4), r"\(ArgMax\) top_k 4 exceeds axis 1's size 3"),
+    "top_k_past_count": (dict(top_k=50),
+                         r"\(ArgMax\) top_k 50 exceeds the 48 values per sample"),
+    "axis_out_of_range": (dict(axis=4), r"\(ArgMax\) axis 4 is out of range for a 4-D blob"),
+    "negative_axis_out_of_range": (dict(axis=-5), r"\(ArgMax\) axis -5 is out of range"),
 }
 
 
@@ -217,7 +220,8 @@ def test_reduction_on_a_flattened_channels_last_blob(param_text, axis):
 @pytest.mark.converter("Reduction")
 @pytest.mark.parametrize("axis", [4, -5])
 def test_reduction_axis_out_of_range(axis):
-    with pytest.raises(LayerError, match=f"layer 'out': axis {axis} is out of range for a 4-D"):
+    with pytest.raises(LayerError,
+                       match=rf"layer 'out': \(Reduction\) axis {axis} is out of range for a 4-D"):
         run_layers(layer_text("Reduction", "reduction_param", axis=axis),
                    {"data": np.zeros((1, 3, 4, 4))})
 
@@ -288,7 +292,7 @@ def test_mvn_on_a_flattened_channels_last_blob(across_channels):
 
 @pytest.mark.converter("MVN")
 def test_mvn_refuses_more_than_4_axes():
-    with pytest.raises(LayerError, match="layer 'out': needs at most 4 axes"):
+    with pytest.raises(LayerError, match=r"layer 'out': \(MVN\) needs at most 4 axes"):
         run_layers(layer_text("MVN", "mvn_param"), {"data": np.zeros((1, 2, 3, 4, 5))})
 
 

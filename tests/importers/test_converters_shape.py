@@ -167,13 +167,13 @@ def test_flatten_twice_and_of_the_batch_axis_alone_are_identities(data_format):
     (dict(axis=0), "flattening the batch axis"),
 ])
 def test_flatten_bad_parameters(fields, message):
-    with pytest.raises(LayerError, match=f"layer 'flat': {message}"):
+    with pytest.raises(LayerError, match=rf"layer 'flat': \(Flatten\) {message}"):
         run_layers(flatten_text(**fields), {"data": np.zeros((2, 3, 4, 5))})
 
 
 @pytest.mark.converter("Flatten")
 def test_flatten_in_place_is_refused():
-    with pytest.raises(LayerError, match="layer 'flat': Flatten does not allow in-place"):
+    with pytest.raises(LayerError, match=r"layer 'flat': \(Flatten\) does not allow in-place"):
         run_layers(flatten_text(bottom="data", top="data"), {"data": np.zeros((2, 3, 4, 5))})
 
 
@@ -298,13 +298,13 @@ def test_reshape_to_image_feeds_convolution(data_format):
     ((-1,), dict(axis=2, num_axes=3), "axis \\+ num_axes = 5 is past the 4 axes"),
 ])
 def test_reshape_bad_parameters(dims, fields, message):
-    with pytest.raises(LayerError, match=f"layer 'r': .*{message}"):
+    with pytest.raises(LayerError, match=rf"layer 'r': \(Reshape\) .*{message}"):
         run_layers(reshape_text(dims, **fields), {"data": np.zeros((2, 3, 4, 5))})
 
 
 @pytest.mark.converter("Reshape")
 def test_reshape_in_place_is_refused():
-    with pytest.raises(LayerError, match="layer 'r': Reshape does not allow in-place"):
+    with pytest.raises(LayerError, match=r"layer 'r': \(Reshape\) does not allow in-place"):
         run_layers(reshape_text((0, -1), top="data"), {"data": np.zeros((2, 3, 4, 5))})
 
 
@@ -409,7 +409,7 @@ def test_slice_batch_equal_split_at_run_time():
 ])
 def test_slice_bad_parameters(fields, tops, message):
     text = layer_text("Slice", "slice", "data", [f"s{i}" for i in range(tops)], "slice", **fields)
-    with pytest.raises(LayerError, match=f"layer 'slice': {message}"):
+    with pytest.raises(LayerError, match=rf"layer 'slice': \(Slice\) {message}"):
         run_layers(text, {"data": np.zeros((2, 6, 4, 5))})
 
 
@@ -495,13 +495,13 @@ def test_crop_to_the_same_shape_is_the_bottom():
 def test_crop_bad_parameters(ref_shape, fields, message):
     text = layer_text("Crop", "crop", ["data", "ref"], "crop", "crop" if fields else None,
                       **fields)
-    with pytest.raises(LayerError, match=f"layer 'crop': {message}"):
+    with pytest.raises(LayerError, match=rf"layer 'crop': \(Crop\) {message}"):
         run_layers(text, {"data": np.zeros((2, 3, 8, 9)), "ref": np.zeros(ref_shape)})
 
 
 @pytest.mark.converter("Crop")
 def test_crop_needs_two_bottoms():
-    with pytest.raises(LayerError, match="layer 'crop': Crop takes 2 bottoms"):
+    with pytest.raises(LayerError, match=r"layer 'crop': \(Crop\) takes 2 bottoms"):
         run_layers(layer_text("Crop", "crop", "data", "crop"), {"data": np.zeros((2, 3, 8, 9))})
 
 
@@ -559,7 +559,7 @@ def test_tile_flat_blob(data_format):
     ({"axis": 4, "tiles": 2}, "axis 4 is out of range for a 4-D input"),
 ])
 def test_tile_bad_parameters(fields, message):
-    with pytest.raises(LayerError, match=f"layer 'tile': {message}"):
+    with pytest.raises(LayerError, match=rf"layer 'tile': \(Tile\) {message}"):
         run_layers(layer_text("Tile", "tile", "data", "tile", "tile", **fields),
                    {"data": np.zeros((2, 3, 2, 2))})
 
@@ -583,7 +583,7 @@ def test_silence_consumes_its_bottoms():
 
 @pytest.mark.converter("Silence")
 def test_silence_has_no_tops():
-    with pytest.raises(LayerError, match="layer 'silence': Silence has no tops"):
+    with pytest.raises(LayerError, match=r"layer 'silence': \(Silence\) has no tops"):
         run_layers(layer_text("Silence", "silence", "data", "x"), {"data": np.zeros((2, 3))})
 
 
