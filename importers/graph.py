@@ -349,10 +349,16 @@ def _check_types(net, source):
             "named in the model file; keras-caffe never executes code from a model file. "
             "Register a converter for the layer's behaviour, or replace it in the prototxt"
         )
-    known = {t for t, found in layer_types.units().items() if found.build is not None}
+    units = layer_types.units()
+    known = {t for t, found in units.items() if found.build is not None}
     missing = types - known
     if missing:
-        raise UnknownLayerError(source, missing, sorted(known))
+        error = UnknownLayerError(source, missing, sorted(known))
+        reasons = [f"{t} is sized by analyze but not built: {units[t].analyze_only}"
+                   for t in sorted(missing) if t in units and units[t].analyze_only]
+        if reasons:
+            error.args = (f"{error.args[0]}. " + "; ".join(reasons),)
+        raise error
 
 
 def _convert(unit, layer, bottoms, ctx, state):

@@ -213,3 +213,24 @@ class Accuracy(keras.metrics.Metric):
     def get_config(self):
         return {"name": self.name, "top_k": self.top_k, "axis": self.axis,
                 "ignore_label": self.ignore_label}
+
+
+@register
+class MultinomialLogisticLoss(_CaffeLoss):
+    """Caffe's MultinomialLogisticLoss on probabilities (multinomial_logistic_
+    loss_layer.cpp): ``-sum_i log(max(p[i, label_i], 1e-20)) / N``; the
+    prediction is (N, C) (any trailing axes of size 1 are dropped)."""
+
+    def __init__(self, name="multinomial_logistic_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        batch = ops.shape(y_pred)[0]
+        prob = ops.reshape(y_pred, (batch, -1))
+        labels = ops.cast(ops.reshape(y_true, (batch, 1)), "int32")
+        picked = ops.take_along_axis(prob, labels, axis=1)[:, 0]
+        loss = -ops.sum(ops.log(ops.maximum(picked, 1e-20)))
+        return loss / ops.cast(batch, loss.dtype)
+
+    def get_config(self):
+        return {"name": self.name}

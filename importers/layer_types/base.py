@@ -103,6 +103,9 @@ class LayerType:
     data_layer = False
     #: ``Example``s for the registry-wide test.
     examples = ()
+    #: Why the importer does not build this type (``build`` is then None and
+    #: only ``analyze`` sizes it); empty for every type it builds.
+    analyze_only = ""
 
     def shapes(self, layer, bottoms, state):
         """``Shapes`` of ``layer`` given its bottoms' Caffe shapes; raises

@@ -122,6 +122,33 @@ class EuclideanLoss(Loss):
         return losses.EuclideanLoss(name=keras_loss_name(layer))
 
 
+@layer_type("MultinomialLogisticLoss")
+class MultinomialLogisticLoss(Loss):
+    """MultinomialLogisticLoss on probabilities (N, C) (or (N, C, 1, 1)):
+    ``-log(max(p[label], 1e-20))`` averaged over the batch
+    (multinomial_logistic_loss_layer.cpp)."""
+
+    examples = (
+        Example("", [(3, 4), (3,)], integer_bottoms=(1,)),
+        Example("", [(2, 3, 1, 1), (2, 1, 1, 1)], integer_bottoms=(1,), integer_high=3),
+    )
+
+    def shapes(self, layer, bottoms, state):
+        need_prediction_and_label(layer, bottoms)
+        prediction, label = tuple(bottoms[0]), tuple(bottoms[1])
+        if len(prediction) < 2 or any(d != 1 for d in prediction[2:]):
+            raise LayerError(layer.name, f"(MultinomialLogisticLoss) the prediction must be "
+                                         f"(N, C) or (N, C, 1, 1), got {fmt(prediction)}")
+        if not label or label[0] != prediction[0] or any(d != 1 for d in label[1:]):
+            raise LayerError(layer.name, f"(MultinomialLogisticLoss) the label must be (N,) or "
+                                         f"(N, 1, 1, 1) with the prediction's N, got "
+                                         f"{fmt(label)}")
+        return Shapes([()])
+
+    def loss(self, layer, bottoms, ctx):
+        return losses.MultinomialLogisticLoss(name=keras_loss_name(layer))
+
+
 @layer_type("SigmoidCrossEntropyLoss")
 class SigmoidCrossEntropyLoss(Loss):
     """SigmoidCrossEntropyLoss: ignore_label, normalization (default BATCH_SIZE)."""

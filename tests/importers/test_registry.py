@@ -62,9 +62,15 @@ def test_every_unit_has_every_piece(layer_type):
     cls = type(unit)
     assert cls.__doc__ and cls.__doc__.strip(), f"{cls.__qualname__} has no docstring"
     assert unit.origin in base.ORIGINS, f"{layer_type}: unknown origin {unit.origin!r}"
-    assert origin(layer_type) == unit.origin and is_builtin(layer_type)
+    assert origin(layer_type) == unit.origin
     assert cls.shapes is not base.LayerType.shapes, f"{layer_type} has no shape rule"
-    assert cls.build is not base.LayerType.build, f"{layer_type} has no Keras construction"
+    if unit.analyze_only:
+        # Sized by analyze, refused by the importer as an unknown type, with the reason.
+        assert unit.build is None and layer_type not in registered_types()
+        return
+    assert cls.build is not base.LayerType.build and unit.build is not None, \
+        f"{layer_type} has no Keras construction"
+    assert is_builtin(layer_type)
     if unit.data_layer:
         assert callable(getattr(unit, "source_shapes", None)), f"{layer_type}: no source_shapes"
         assert hasattr(unit, "pipeline"), f"{layer_type}: no pipeline"
@@ -108,13 +114,17 @@ def test_example_shapes_agree(layer_type, index, data_format):
     text = _net_text(layer_type, example)
     report = analyze(text, batch=None, phase=example.phase)
     row = next(r for r in report.layers if r.name == "x")
-    # A loss or metric's tops are no tensors: the model outputs its prediction.
-    wanted = ["b0"] if unit.label_bottoms else [t for t, _ in row.tops]
+    # A loss or metric's tops are no tensors, a Silence has none: the model
+    # then outputs the layer's first bottom.
+    wanted = [t for t, _ in row.tops] if row.tops and not unit.label_bottoms else ["b0"]
     imported = import_net(text, phase=example.phase, data_format=data_format, outputs=wanted)
     keras_layer = caffe_layers(imported.model).get("x")
     blobs = keras_layer.caffe_blob_shapes() if keras_layer is not None else []
     assert [tuple(b) for b in blobs] == [tuple(w) for w in row.weight_shapes]
-    outputs = imported.model(_feed(example, data_format, np.random.default_rng(index)))
+    feed = _feed(example, data_format, np.random.default_rng(index))
+    # Label bottoms are training targets, not model inputs.
+    feed = [a for i, a in enumerate(feed) if i not in unit.label_bottoms]
+    outputs = imported.model(feed if len(feed) > 1 else feed[0])
     if not isinstance(outputs, dict):
         outputs = {imported.model.caffe_outputs[0]: outputs}
     expected = dict(row.tops)
@@ -125,6 +135,19 @@ def test_example_shapes_agree(layer_type, index, data_format):
         if name in expected:
             assert value.shape == expected[name], name
         assert np.all(np.isfinite(value)), name
+
+
+def test_analyze_only_types_say_why_they_are_not_imported():
+    from keras_caffe.errors import UnknownLayerError
+    from keras_caffe.importers import import_model
+
+    text = ('layer { name: "in" type: "Input" top: "p" top: "l" input_param { '
+            "shape { dim: 2 dim: 3 } shape { dim: 2 } } }\n"
+            'layer { name: "loss" type: "InfogainLoss" bottom: "p" bottom: "l" top: "loss" }\n')
+    with pytest.raises(UnknownLayerError, match="InfogainLoss is sized by analyze but not "
+                                                "built: its H matrix comes from a binaryproto"):
+        import_model(text, phase="TRAIN")
+    assert analyze(text, phase="TRAIN").layers[-1].tops == (("loss", ()),)
 
 
 def test_duplicate_registration_is_an_error():
