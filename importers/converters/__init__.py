@@ -3,7 +3,6 @@
 from keras_caffe.importers.converters import (  # noqa: F401
     activations,
     fork_layers,
-    io,
     losses,
     normalization,
     permute,

@@ -35,7 +35,7 @@ class LegacyUnit(base.LayerType):
 def register_legacy():
     import keras_caffe.importers.converters  # noqa: F401
     from keras_caffe.importers.analyze import (  # noqa: F401
-        shapes_data, shapes_elementwise, shapes_losses, shapes_structure)
+        shapes_elementwise, shapes_losses, shapes_structure)
     from keras_caffe.importers.analyze.shapes import _RULES
 
     for t in sorted(set(_OLD) | set(_RULES)):
