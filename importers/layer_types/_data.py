@@ -15,6 +15,7 @@ and the importer. ``pipeline`` builds the layer's ``tf.data`` batches
 import keras
 
 from keras_caffe.errors import LayerError
+from keras_caffe.importers.graph import Blob
 from keras_caffe.importers.layer_types.base import LayerType, Shapes, count, units
 from keras_caffe.importers.paths import locate
 
@@ -42,6 +43,9 @@ class DataLayer(LayerType):
         raise NotImplementedError
 
     def shapes(self, layer, bottoms, state):
+        """The tops' shapes: ``input_shapes``, else ``source_shapes`` (the
+        batch replaced by analyze's); a unit that reads a file reads it only
+        when ``input_shapes`` leaves a top out."""
         stated = self._stated(layer, state)
         tops = []
         for top, shape in zip(layer.top, stated):
@@ -100,8 +104,6 @@ def cropped(layer, channels, height, width):
 
 
 def _keras_input(layer, top, shape, ctx):
-    from keras_caffe.importers.graph import Blob
-
     dims = tuple(shape[1:])
     ctx.check_size(layer, count(dims), what=f"input {top!r} per sample")
     if len(shape) >= 3 and ctx.data_format == "channels_last":
