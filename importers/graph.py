@@ -262,7 +262,7 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
             blobs[extra] = blob
         ctx.extra_blobs.clear()
         used.update(b for i, b in enumerate(layer.bottom) if i not in label_bottoms)
-        if unit.data_layer or layer.type == "Input" or layer.type in _LEGACY_DATA:
+        if unit.data_layer:
             inputs.update((top, t.tensor) for top, t in zip(layer.top, tops))
         for bottom in layer.bottom:
             if available.pop(bottom, None) and layer.type == "Silence":
@@ -337,9 +337,6 @@ def _batchnorm_scale_pairs(net, outputs):
     return pairs
 
 
-_LEGACY_DATA = ("Data", "ImageData", "HDF5Data", "DummyData", "MemoryData")
-
-
 def _check_types(net, source):
     types = {layer.type for layer in net.layer}
     if "Python" in types:
@@ -364,8 +361,7 @@ def _check_types(net, source):
 def _convert(unit, layer, bottoms, ctx, state):
     ctx.layer = layer
     ctx.shapes = None
-    if unit.shapes is not None and not (layer.type in _LEGACY_DATA
-                                        and type(unit).__name__ == "LegacyUnit"):
+    if unit.shapes is not None:
         ctx.shapes = layer_types.run_shapes(unit, layer, ctx.bottom_shapes, state)
         for i, blob in enumerate(ctx.shapes.weights):
             ctx.check_size(layer, layer_types.count(blob), what=f"weight blob {i}")

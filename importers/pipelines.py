@@ -10,8 +10,9 @@
     model.fit(ds.map(lambda b: (b["data"], b["label"])), steps_per_epoch=..., ...)
 
 Types: Data (LMDB or LevelDB), ImageData, HDF5Data, DummyData, MemoryData and Input.
-The modules: ``pipeline_layers`` (one builder per type, against its Caffe
-source), ``pipeline_core`` (order, seeds, sharding, ``DataPipeline``),
+The modules: the data units of ``layer_types`` (``data_*.py``: each type's
+``pipeline``, against its Caffe source; ``pipeline_layers``: the helpers they
+share), ``pipeline_core`` (order, seeds, sharding, ``DataPipeline``),
 ``transform`` (Caffe's DataTransformer), ``images`` and ``pipeline_images``
 (OpenCV's decoding and resizing), ``records`` (LMDB and LevelDB, HDF5 and list files),
 ``stateless_fill`` (DummyData's fillers), ``data_errors``.
@@ -63,14 +64,20 @@ from keras_caffe._checks import check_int
 from keras_caffe.errors import ArgumentError, LayerError
 from keras_caffe.importers.data_errors import pipeline_errors
 from keras_caffe.importers.pipeline_core import DEFAULT_SEED, Context, DataPipeline
-from keras_caffe.importers.pipeline_layers import BUILDERS, spec_for
+from keras_caffe.importers.layer_types._data import pipeline_types
+from keras_caffe.importers.pipeline_layers import spec_for
 from keras_caffe.importers.records import IN_MEMORY_LIMIT
-
-#: The layer types a pipeline can be built for.
-DATA_LAYER_TYPES = tuple(BUILDERS)
 
 __all__ = ["layer_pipeline", "net_pipeline", "DataPipeline", "pipeline_errors",
            "DEFAULT_SEED", "DATA_LAYER_TYPES"]
+
+
+def __getattr__(name):
+    """``DATA_LAYER_TYPES``: the layer types a pipeline can be built for (the
+    data units with a ``pipeline``), read from the registry on first use."""
+    if name == "DATA_LAYER_TYPES":
+        return pipeline_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, num_shards,
@@ -146,10 +153,11 @@ def net_pipeline(net_param, phase="TRAIN", *, net_source=None, data_format="chan
         if ctx.net_source is None and os.path.isfile(source):
             ctx.net_source = source
     name = net_param.name or "net"
-    layers = [layer for layer in net_param.layer if layer.type in BUILDERS and not layer.bottom]
+    types = pipeline_types()
+    layers = [layer for layer in net_param.layer if layer.type in types and not layer.bottom]
     if not layers:
         raise LayerError(name, f"the net has no data layer in the {ctx.phase} phase "
-                               f"(one of {', '.join(BUILDERS)})")
+                               f"(one of {', '.join(types)})")
     specs = [spec_for(layer, ctx) for layer in layers]
     seen = {}
     for layer in layers:

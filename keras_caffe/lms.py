@@ -55,7 +55,7 @@ import keras
 
 from keras_caffe._checks import check_number
 from keras_caffe.errors import ArgumentError, KerasCaffeError
-from keras_caffe.importers.analyze.shapes_data import SOURCE_DATA_TYPES
+from keras_caffe.importers.layer_types._data import source_types
 from keras_caffe.kernels import onednn_enabled
 from keras_caffe.lms_exec import (
     LOG,
@@ -375,10 +375,11 @@ def caffe_net_info(imported, phase, level, stages, data_format):
     filtered ``NetParameter`` and the shapes of data tops that the prototxt
     does not state (read from the imported model's inputs; other tops, such
     as labels, count one value per sample)."""
+    source_data_types = source_types()
     inputs = {t.name: tuple(t.shape[1:]) for t in keras.tree.flatten(imported.model.inputs)}
     shapes = {}
     for layer in imported.net.layer:
-        if layer.type not in SOURCE_DATA_TYPES:
+        if layer.type not in source_data_types:
             continue
         for top in layer.top:
             shape = inputs.get(top, ())

@@ -64,10 +64,11 @@ def _first_batch(imported, phase, data_format):
     """One batch for the net: from its data layers' pipelines, or random
     normal values for plain Input layers (as ``caffe time`` runs on whatever
     its input blobs hold)."""
-    from keras_caffe.importers.datasources import DATA_LAYER_TYPES
+    from keras_caffe.importers.layer_types._data import producing_types
 
     model = imported.model
-    if any(layer.type in DATA_LAYER_TYPES for layer in imported.net.layer):
+    data_layer_types = producing_types()
+    if any(layer.type in data_layer_types for layer in imported.net.layer):
         from keras_caffe.importers.pipelines import net_pipeline
 
         pipe = net_pipeline(imported.net, phase, net_source=imported.source,

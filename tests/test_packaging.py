@@ -44,7 +44,7 @@ def test_wheel_layout(wheel):
                      "keras_caffe/proto/caffe.proto", "keras_caffe/proto/caffe_pb2.py",
                      "keras_caffe/optimizers/sgd.py", "keras_caffe/schedules.py",
                      "keras_caffe/callbacks/__init__.py", "keras_caffe/callbacks/yellowfin.py",
-                     "keras_caffe/importers/converters/vision.py",
+                     "keras_caffe/importers/layer_types/convolution.py",
                      "keras_caffe/importers/analyze/__init__.py"):
         assert required in names
 

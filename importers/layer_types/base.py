@@ -198,9 +198,6 @@ def load_builtin():
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if not info.name.startswith("_") and info.name != "base":
             importlib.import_module(f"{__package__}.{info.name}")
-    from keras_caffe.importers.layer_types._legacy import register_legacy
-
-    register_legacy()
 
 
 # -- helpers shared by the shape rules ------------------------------------------

@@ -90,3 +90,105 @@ def test_missing_source_says_what_to_do_and_input_shapes_override(tmp_path):
         keras_caffe.import_model(text)
     model = keras_caffe.import_model(text, input_shapes={"data": (3, 4, 4), "label": ()})
     assert tuple(model.inputs[0].shape) == (None, 4, 4, 3)
+
+
+@pytest.mark.converter("Data")
+def test_analyze_reads_an_existing_source_as_the_importer_does(golden):
+    """One shape rule: analyze takes a train net's shapes from its LMDB's
+    first Datum (found next to the prototxt), as the importer does."""
+    from keras_caffe.importers import read_net
+    from keras_caffe.importers.analyze import analyze
+
+    net = golden / "lmdb" / "net_B_test_crop_meanfile.prototxt"
+    layer = next(l for l in read_net(net)[0].layer if l.type == "Data")
+    batch, crop = layer.data_param.batch_size, layer.transform_param.crop_size
+    report = analyze(net, batch=None, phase="TEST")
+    assert report.layer(layer.name).tops == (("data", (batch, 3, crop, crop)),
+                                             ("label", (batch,)))
+    assert analyze(net, batch=4).layer(layer.name).tops[0] == ("data", (4, 3, crop, crop))
+
+
+@pytest.mark.converter("Data")
+def test_analyze_of_a_missing_source_says_what_to_do():
+    from keras_caffe.importers.analyze import analyze
+
+    text = ('layer { name: "data" type: "Data" top: "data" top: "label" data_param { '
+            'source: "nowhere_lmdb" batch_size: 4 backend: LMDB } }')
+    with pytest.raises(LayerError, match="layer 'data': Data source 'nowhere_lmdb' not found .* "
+                                         "input_shapes"):
+        analyze(text)
+    report = analyze(text, batch=None, input_shapes={"data": (3, 4, 4), "label": ()})
+    assert report.layer("data").tops == (("data", (1, 3, 4, 4)), ("label", (1,)))
+
+
+@pytest.mark.converter("MemoryData")
+def test_memory_data_label_is_one_value_per_sample():
+    """memory_data_layer.cpp:22-24: label (batch_size,), in analyze as in the importer."""
+    from keras_caffe.importers.analyze import analyze
+
+    text = ('layer { name: "m" type: "MemoryData" top: "data" top: "label" memory_data_param { '
+            'batch_size: 5 channels: 2 height: 6 width: 4 } }')
+    assert analyze(text, batch=None).layer("m").tops == (("data", (5, 2, 6, 4)), ("label", (5,)))
+    model = keras_caffe.import_model(text, outputs=["data", "label"])
+    assert [tuple(t.shape) for t in model.inputs] == [(None, 6, 4, 2), (None,)]
+    with pytest.raises(LayerError, match="layer 'm': MemoryData has 2 tops, got 1"):
+        analyze(text.replace(' top: "label"', ""))
+
+
+@pytest.mark.converter("DummyData")
+def test_dummy_data_one_shape_serves_every_top():
+    """dummy_data_layer.cpp: shape given once applies to every top."""
+    text = ('layer { name: "d" type: "DummyData" top: "a" top: "b" dummy_data_param { '
+            'shape { dim: 2 dim: 3 } } }')
+    model = keras_caffe.import_model(text, outputs=["a", "b"])
+    assert [tuple(t.shape) for t in model.inputs] == [(None, 3), (None, 3)]
+    with pytest.raises(LayerError, match="layer 'd': give 'shape' once or once per top"):
+        keras_caffe.import_model(text.replace("shape {", "shape { dim: 1 } shape { dim: 1 } "
+                                                         "shape {"))
+
+
+@pytest.mark.converter("Input")
+def test_input_without_a_shape_takes_it_from_input_shapes():
+    """input_layer.cpp allows no shape (the caller reshapes): input_shapes gives it."""
+    from keras_caffe.importers.analyze import analyze
+
+    text = ('layer { name: "in" type: "Input" top: "x" }\n'
+            'layer { name: "r" type: "ReLU" bottom: "x" top: "r" }')
+    with pytest.raises(LayerError, match="layer 'in': states no shape for top 'x'; .*"
+                                         "input_shapes"):
+        keras_caffe.import_model(text)
+    model = keras_caffe.import_model(text, input_shapes={"x": (3, 4, 4)})
+    assert tuple(model.inputs[0].shape) == (None, 4, 4, 3)
+    assert analyze(text, batch=2, input_shapes={"x": (3, 4, 4)}).layer("r").tops == (
+        ("r", (2, 3, 4, 4)),)
+
+
+@pytest.mark.converter("WindowData")
+@pytest.mark.converter("AnnotatedData")
+@pytest.mark.converter("VideoData")
+@pytest.mark.parametrize("layer_type", ["WindowData", "AnnotatedData", "VideoData"])
+def test_analyze_only_data_layers_take_input_shapes(layer_type):
+    from keras_caffe.errors import UnknownLayerError
+    from keras_caffe.importers.analyze import analyze
+
+    text = (f'layer {{ name: "w" type: "{layer_type}" top: "data" top: "label" }}\n'
+            'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+            'inner_product_param { num_output: 2 } }')
+    with pytest.raises(LayerError, match=f"layer 'w': \\({layer_type}\\) reads its data from a "
+                                         "database or file.*input_shapes"):
+        analyze(text)
+    report = analyze(text, batch=8, input_shapes={"data": (3, 5, 5), "label": ()})
+    assert report.layer("w").tops == (("data", (8, 3, 5, 5)), ("label", (8,)))
+    with pytest.raises(UnknownLayerError):
+        keras_caffe.import_model(text, input_shapes={"data": (3, 5, 5), "label": ()})
+
+
+def test_data_layer_types_come_from_the_registry():
+    from keras_caffe.importers.layer_types._data import producing_types, source_types
+    from keras_caffe.importers.pipelines import DATA_LAYER_TYPES
+
+    assert set(DATA_LAYER_TYPES) == {"Data", "ImageData", "HDF5Data", "DummyData", "MemoryData",
+                                     "Input"}
+    assert set(producing_types()) == set(DATA_LAYER_TYPES) - {"Input"}
+    assert set(source_types()) == {"Data", "ImageData", "HDF5Data", "WindowData",
+                                   "AnnotatedData", "VideoData"}
