@@ -53,8 +53,11 @@ FASTER_RCNN = "Faster R-CNN (rbgirshick/caffe-fast-rcnn)"
 MOBILENET = "MobileNet forks (depthwise convolution)"
 SENET = "SENet (hujie-frank/SENet)"
 MOBILENET_V2 = "MobileNet-v2 forks (ReLU6)"
+#: VideoData comes from several forks, each with its own video_data_param.
+VIDEO = "video forks (C3D: facebook/C3D; TSN: yjxiong/caffe)"
 #: Every origin a built-in unit may name.
-ORIGINS = (BVLC, SSD, SEGNET, PSPNET, SHUFFLENET, FASTER_RCNN, MOBILENET, SENET, MOBILENET_V2)
+ORIGINS = (BVLC, SSD, SEGNET, PSPNET, SHUFFLENET, FASTER_RCNN, MOBILENET, SENET, MOBILENET_V2,
+           VIDEO)
 
 
 class DuplicateConverterError(KerasCaffeError):

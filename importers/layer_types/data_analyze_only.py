@@ -6,10 +6,7 @@ keras-caffe has no reader for their sources (and no pipeline): the shapes of
 their tops come from ``input_shapes`` alone."""
 
 from keras_caffe.importers.layer_types._data import DataLayer
-from keras_caffe.importers.layer_types.base import SSD, layer_type
-
-#: VideoData comes from several forks, each with its own video_data_param.
-VIDEO = "video forks (C3D: facebook/C3D; TSN: yjxiong/caffe)"
+from keras_caffe.importers.layer_types.base import SSD, VIDEO, layer_type
 
 
 class AnalyzeOnlyData(DataLayer):
@@ -19,6 +16,7 @@ class AnalyzeOnlyData(DataLayer):
     reads_source = True
     build = None
     pipeline = None
+    analyze_only = "keras-caffe has no reader for its source (give the data as an Input instead)"
 
     def source_shapes(self, layer, net_source):
         """Unknown: no reader, so ``input_shapes`` must give every top."""

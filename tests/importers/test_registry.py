@@ -9,6 +9,7 @@ Keras layers), in both data formats, and a finite forward pass.
 """
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import keras
@@ -80,11 +81,14 @@ def test_every_unit_has_every_piece(layer_type):
 
 
 def _net_text(layer_type, example):
-    shapes = "".join("  shape { " + " ".join(f"dim: {d}" for d in shape) + " }\n"
-                     for shape in example.bottoms)
+    """An Input layer feeding each bottom (none for a data layer), then the layer."""
     bottoms = [f"b{i}" for i in range(len(example.bottoms))]
-    tops = "".join(f'  top: "{b}"\n' for b in bottoms)
-    text = f'layer {{\n  name: "in"\n  type: "Input"\n{tops}  input_param {{\n{shapes}  }}\n}}\n'
+    text = ""
+    if bottoms:
+        shapes = "".join("  shape { " + " ".join(f"dim: {d}" for d in shape) + " }\n"
+                         for shape in example.bottoms)
+        tops = "".join(f'  top: "{b}"\n' for b in bottoms)
+        text = f'layer {{\n  name: "in"\n  type: "Input"\n{tops}  input_param {{\n{shapes}  }}\n}}\n'
     text += (f'layer {{\n  name: "x"\n  type: "{layer_type}"\n'
              + "".join(f'  bottom: "{b}"\n' for b in bottoms)
              + "".join(f'  top: "t{i}"\n' for i in range(example.tops))
@@ -117,10 +121,16 @@ def test_example_shapes_agree(layer_type, index, data_format):
     # A loss or metric's tops are no tensors, a Silence has none: the model
     # then outputs the layer's first bottom.
     wanted = [t for t, _ in row.tops] if row.tops and not unit.label_bottoms else ["b0"]
+    if unit.data_layer:  # the model outputs its inputs: a ReLU makes them computed
+        text += "".join(f'layer {{ name: "r{i}" type: "ReLU" bottom: "{t}" top: "r{i}" }}\n'
+                        for i, (t, _) in enumerate(row.tops))
+        wanted = [f"r{i}" for i in range(len(row.tops))]
     imported = import_net(text, phase=example.phase, data_format=data_format, outputs=wanted)
     keras_layer = caffe_layers(imported.model).get("x")
     blobs = keras_layer.caffe_blob_shapes() if keras_layer is not None else []
     assert [tuple(b) for b in blobs] == [tuple(w) for w in row.weight_shapes]
+    if unit.data_layer:  # its tops are the model's inputs: feed them
+        example = dataclasses.replace(example, bottoms=tuple(s for _, s in row.tops))
     feed = _feed(example, data_format, np.random.default_rng(index))
     # Label bottoms are training targets, not model inputs.
     feed = [a for i, a in enumerate(feed) if i not in unit.label_bottoms]
@@ -134,6 +144,8 @@ def test_example_shapes_agree(layer_type, index, data_format):
             value = np.moveaxis(value, -1, 1)
         if name in expected:
             assert value.shape == expected[name], name
+        elif name.startswith("r") and unit.data_layer:
+            assert value.shape == row.tops[int(name[1:])][1], name
         assert np.all(np.isfinite(value)), name
 
 
