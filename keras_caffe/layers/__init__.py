@@ -13,6 +13,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     reductions,
     roi_pooling,
     shape,
+    ssd,
     swish,
 )
 from keras_caffe.layers.base import CaffeBlobs
