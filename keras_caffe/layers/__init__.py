@@ -4,7 +4,7 @@ Registered serializable under the package ``keras_caffe``: a saved model
 loads with ``keras.models.load_model`` after ``import keras_caffe``.
 """
 
-from keras_caffe.layers import deconv, elementwise, fork, gradient, reductions, shape  # noqa: F401  (registers)
+from keras_caffe.layers import deconv, elementwise, fork, gradient, reductions, segmentation, shape  # noqa: F401  (registers)
 from keras_caffe.layers.base import CaffeBlobs
 from keras_caffe.layers.conv import Convolution
 from keras_caffe.layers.dense import InnerProduct
