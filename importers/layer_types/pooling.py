@@ -1,5 +1,6 @@
 """Pooling (BVLC: pooling_layer.cpp): MAX and AVE, global, Caffe's ceil
-output size or ``round_mode: FLOOR`` (the forks' ``ceil_mode: false``)."""
+output size or ``round_mode: FLOOR`` (the forks' ``ceil_mode: false``), and
+MAX pooling's second top, the argmax mask that SegNet's Upsample reads."""
 
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
@@ -38,7 +39,9 @@ def window(layer, shape):
 
 @layer_type("Pooling")
 class Pooling(LayerType):
-    """MAX / AVE / global pooling with Caffe's pads and ceil (or FLOOR) output size."""
+    """MAX / AVE / global pooling with Caffe's pads and ceil (or FLOOR) output
+    size; MAX with a second top gives the argmax mask (index h * W + w of
+    each window's first maximum in the input plane; -1 where none)."""
 
     examples = (
         Example("pooling_param { pool: MAX kernel_size: 3 stride: 2 }", [(2, 3, 8, 8)]),
@@ -46,6 +49,9 @@ class Pooling(LayerType):
         Example("pooling_param { pool: MAX kernel_size: 2 stride: 2 round_mode: FLOOR }",
                 [(1, 2, 5, 5)]),
         Example("pooling_param { pool: AVE global_pooling: true }", [(2, 4, 3, 5)]),
+        Example("pooling_param { pool: MAX kernel_size: 3 stride: 2 pad: 1 }", [(2, 3, 7, 6)],
+                tops=2),
+        Example("pooling_param { pool: MAX global_pooling: true }", [(1, 2, 3, 4)], tops=2),
     )
 
     def shapes(self, layer, bottoms, state):
@@ -68,10 +74,10 @@ class Pooling(LayerType):
             out.append(o)
         if len(layer.top) > 1 and p.pool != caffe_pb2.PoolingParameter.MAX:
             raise LayerError(layer.name, "(Pooling) only MAX pooling has a second (mask) top")
-        if len(layer.top) > 1:
-            raise LayerError(layer.name, "(Pooling) the MAX pooling mask (a second top) is not "
-                                         "supported")
-        return Shapes([(shape[0], shape[1], *out)])
+        if len(layer.top) > 2:
+            raise LayerError(layer.name, f"(Pooling) has at most 2 tops (the pooled blob and "
+                                         f"the MAX mask), got {len(layer.top)}")
+        return Shapes([(shape[0], shape[1], *out)] * len(layer.top))
 
     def build(self, layer, bottoms, ctx):
         p = layer.pooling_param
@@ -82,6 +88,9 @@ class Pooling(LayerType):
             "MAX" if p.pool == caffe_pb2.PoolingParameter.MAX else "AVE", kernel_size=kernel,
             stride=stride, pad=pad, global_pooling=p.global_pooling,
             ceil_mode=p.round_mode == caffe_pb2.PoolingParameter.CEIL,
-            data_format=ctx.data_format, name=ctx.keras_name(layer.name),
+            data_format=ctx.data_format, return_mask=len(layer.top) == 2,
+            name=ctx.keras_name(layer.name),
         )
-        return [ctx.image_output(pool(ctx.as_image(bottoms[0], layer)))]
+        tops = pool(ctx.as_image(bottoms[0], layer))
+        tops = tops if len(layer.top) == 2 else [tops]
+        return [ctx.image_output(top) for top in tops]

@@ -12,6 +12,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     gradient,
     reductions,
     roi_pooling,
+    segmentation,
     shape,
     ssd,
     swish,

@@ -1,4 +1,5 @@
-"""Caffe's Pooling: explicit pads, Caffe's ceil-mode output size and clipping."""
+"""Caffe's Pooling: explicit pads, Caffe's ceil-mode output size and clipping,
+and MAX pooling's argmax mask (its optional second top)."""
 
 import math
 
@@ -27,13 +28,24 @@ class Pooling(keras.layers.Layer):
     Caffe does. The output size is Caffe's: ceil mode by default, with the
     last window forced to start inside the input. ``global_pooling`` pools
     all of H, W.
+
+    ``return_mask`` (MAX only): the layer also returns Caffe's second top, the
+    argmax of each window as an index into the flattened H*W plane of the
+    input (``h * W + w``; float values, as Caffe's blob holds them). Caffe's
+    ``Forward_cpu`` keeps the first maximum of its window scan (rows, then
+    columns: the smallest index among the maxima), never a padded cell, and
+    -1 where no value exceeds -FLT_MAX (its initial maximum). The mask
+    carries no gradient (Caffe's backward ignores it).
     """
 
     def __init__(self, pool="MAX", kernel_size=1, stride=1, pad=0, global_pooling=False,
-                 ceil_mode=True, data_format="channels_last", **kwargs):
+                 ceil_mode=True, data_format="channels_last", return_mask=False, **kwargs):
         super().__init__(**kwargs)
         if pool not in ("MAX", "AVE"):
             raise ValueError(f"pool must be 'MAX' or 'AVE', got {pool!r}")
+        if return_mask and pool != "MAX":
+            raise ValueError("only MAX pooling has a mask")
+        self.return_mask = bool(return_mask)
         self.pool = pool
         self.kernel_size = pair(kernel_size)
         self.stride = pair(stride)
@@ -54,7 +66,11 @@ class Pooling(keras.layers.Layer):
         x = to_nhwc(x, self.data_format)
         if self.global_pooling:
             reduce = ops.max if self.pool == "MAX" else ops.mean
-            return from_nhwc(reduce(x, axis=(1, 2), keepdims=True), self.data_format)
+            y = reduce(x, axis=(1, 2), keepdims=True)
+            if self.return_mask:
+                return (from_nhwc(y, self.data_format),
+                        from_nhwc(self._global_mask(x, y), self.data_format))
+            return from_nhwc(y, self.data_format)
         h, w = x.shape[1], x.shape[2]
         (oh, ow), (eh, ew) = self._geometry(h, w)
         (ph, pw), (kh, kw), (sh, sw) = self.pad, self.kernel_size, self.stride
@@ -63,6 +79,10 @@ class Pooling(keras.layers.Layer):
             if ph or pw or eh or ew:
                 x = ops.pad(x, paddings, constant_values=float("-inf"))
             y = ops.max_pool(x, (kh, kw), (sh, sw), padding="valid")
+            if self.return_mask:
+                y = y[:, :oh, :ow, :]
+                return (from_nhwc(y, self.data_format),
+                        from_nhwc(self._window_mask(x, y, h, w), self.data_format))
         else:
             if ph or pw or eh or ew:
                 x = ops.pad(x, paddings)
@@ -71,6 +91,43 @@ class Pooling(keras.layers.Layer):
             if scale is not None:
                 y = y * ops.cast(scale, y.dtype)
         return from_nhwc(y[:, :oh, :ow, :], self.data_format)
+
+    def _window_mask(self, padded, y, h, w):
+        """Caffe's argmax per window of the (padded) NHWC input, given the
+        windows' maxima ``y``: the smallest plane index ``h * W + w`` among
+        the window's real cells equal to the maximum."""
+        oh, ow = y.shape[1], y.shape[2]
+        (ph, pw), (kh, kw), (sh, sw) = self.pad, self.kernel_size, self.stride
+        none = h * w  # larger than every index: no candidate
+        found = None
+        for u in range(kh):
+            rows = np.arange(oh) * sh - ph + u
+            for v in range(kw):
+                cols = np.arange(ow) * sw - pw + v
+                inside = ((rows >= 0) & (rows < h))[:, None] & ((cols >= 0) & (cols < w))[None, :]
+                index = np.where(inside, rows[:, None] * w + cols[None, :], none)
+                cells = padded[:, u:u + sh * (oh - 1) + 1:sh, v:v + sw * (ow - 1) + 1:sw, :]
+                candidate = ops.where(ops.equal(cells, y),
+                                      ops.convert_to_tensor(index[None, :, :, None], "int32"),
+                                      none)
+                found = candidate if found is None else ops.minimum(found, candidate)
+        return self._mask_values(found, y)
+
+    def _global_mask(self, x, y):
+        """The argmax of each whole plane (global pooling)."""
+        h, w = x.shape[1], x.shape[2]
+        flat = ops.reshape(x, (-1, h * w, x.shape[3]))
+        index = ops.convert_to_tensor(np.arange(h * w)[None, :, None], "int32")
+        candidate = ops.where(ops.equal(flat, ops.reshape(y, (-1, 1, x.shape[3]))), index, h * w)
+        found = ops.reshape(ops.min(candidate, axis=1), (-1, 1, 1, x.shape[3]))
+        return self._mask_values(found, y)
+
+    @staticmethod
+    def _mask_values(found, y):
+        # Caffe starts each window's maximum at -FLT_MAX and its mask at -1.
+        lowest = float(-np.finfo(np.float32).max)
+        found = ops.where(ops.greater(y, ops.cast(lowest, y.dtype)), found, -1)
+        return ops.stop_gradient(ops.cast(found, y.dtype))
 
     def _average_scale(self, h, w, oh, ow):
         """k*k / Caffe's pool_size per output cell (None where all are k*k)."""
@@ -91,11 +148,14 @@ class Pooling(keras.layers.Layer):
             oh = ow = 1
         else:
             (oh, ow), _ = self._geometry(h, w)
-        return (n, c, oh, ow) if self.data_format == "channels_first" else (n, oh, ow, c)
+        shape = (n, c, oh, ow) if self.data_format == "channels_first" else (n, oh, ow, c)
+        return (shape, shape) if self.return_mask else shape
 
     def get_config(self):
         config = super().get_config()
         config.update(pool=self.pool, kernel_size=self.kernel_size, stride=self.stride,
                       pad=self.pad, global_pooling=self.global_pooling,
                       ceil_mode=self.ceil_mode, data_format=self.data_format)
+        if self.return_mask:
+            config["return_mask"] = True
         return config
