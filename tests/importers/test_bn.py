@@ -28,6 +28,8 @@ from keras_caffe.importers.api import caffe_layers
 from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 SEGNET_EPS = 1e-9
 
 

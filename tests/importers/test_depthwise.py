@@ -9,6 +9,8 @@ from keras_caffe.importers import import_model
 from keras_caffe.importers.analyze import analyze
 from support import DATA_FORMATS, run_layers
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 def depthwise_reference(x, w, b, stride, pad, dilation):
     """conv_dw_layer.cpp Forward_cpu: top[n, c, i, j] = sum over the kernel of

@@ -27,6 +27,8 @@ from keras_caffe.layers.ssd import DetectionOutput, caffe_detections
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 from test_prior_box import prior_box_reference
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 DATA = pathlib.Path(__file__).parent / "data"
 f32 = np.float32
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -17,6 +17,8 @@ from keras_caffe.importers import import_model
 from keras_caffe.importers.analyze import analyze
 from support import DATA_FORMATS, run_layers, to_keras_layout
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 FLT_MAX = np.finfo(np.float32).max
 
 

@@ -15,6 +15,8 @@ from keras_caffe.importers.analyze import analyze
 from keras_caffe.layers.ssd import PriorBox
 from support import DATA_FORMATS, run_layers, to_keras_layout
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 def prior_box_reference(layer_hw, image_hw, min_size, max_size=(), aspect_ratio=(), flip=True,
                         clip=False, variance=(), img_size=None, img_h=None, img_w=None,

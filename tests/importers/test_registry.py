@@ -109,6 +109,7 @@ def _feed(example, data_format, rng):
     return arrays
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("layer_type, index, data_format", _examples())
 def test_example_shapes_agree(layer_type, index, data_format):
     """analyze's shape rule and the importer's Keras layers agree on the tops'

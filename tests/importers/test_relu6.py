@@ -6,6 +6,8 @@ import pytest
 from keras_caffe.errors import LayerError
 from support import DATA_FORMATS, run_layers
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 @pytest.mark.converter("ReLU6")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)

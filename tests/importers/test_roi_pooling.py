@@ -10,6 +10,8 @@ from keras_caffe.errors import LayerError
 from keras_caffe.importers.analyze import analyze
 from support import DATA_FORMATS, run_layers
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 def c_round(x):
     return math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)

@@ -9,6 +9,8 @@ from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model, training_args
 from support import DATA_FORMATS, run_layers
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 @pytest.mark.converter("Swish")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)

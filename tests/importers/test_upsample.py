@@ -20,6 +20,8 @@ from keras_caffe.importers.analyze import analyze
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 from test_pooling_mask import max_pool_with_mask
 
+pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
+
 
 def unpool_forward(x, mask, out_h, out_w):
     """UpsampleLayer::Forward_cpu (the last write to a place stays)."""
