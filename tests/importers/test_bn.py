@@ -211,7 +211,9 @@ PSP_WEIGHTS = {"bn": [blob(SCALE), blob(SHIFT), blob(MEAN), blob(VAR)]}
 @pytest.mark.converter("BN")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)
 @pytest.mark.parametrize("bn_param", ["frozen: true momentum: 0.95", "eps: 0.001",
-                                      "slope_filler { type: 'constant' value: 1 }"])
+                                      "slope_filler { type: 'constant' value: 1 }",
+                                      # PSPNet's engine is an enum: its names parse.
+                                      "engine: CUDNN", "engine: 1"])
 def test_pspnet_test_phase_uses_the_running_statistics(bn_param, data_format):
     eps = 1e-3 if "eps" in bn_param else 1e-5
     got = run_layers(bn_text(bn_param), {"data": X}, PSP_WEIGHTS, data_format)["bn"]
