@@ -45,12 +45,15 @@ value; "MB" in the rendered tables is 10**6 bytes, as FireCaffe counts it):
   - ring all-reduce (not in FireCaffe; the standard bandwidth-optimal
     algorithm): ``2 (p - 1) / p |W| / beta``.
 
-Shapes follow Caffe's own ``Reshape`` rules, computed with Python integers:
-nothing is allocated, so a net with absurd sizes is analysed as cheaply as a
-small one. The first axis of every input is the batch: ``batch`` replaces the
-net's own (``batch=None`` keeps it). Data layers that read a database (Data,
-ImageData, HDF5Data, WindowData) do not say their shapes; give them with
-``input_shapes``, or analyse the deploy net.
+Shapes follow Caffe's own ``Reshape`` rules, computed with Python integers by
+each layer type's shape rule (``keras_caffe.importers.layer_types``: the one
+the importer also runs): nothing is allocated, so a net with absurd sizes is
+analysed as cheaply as a small one. The first axis of every input is the
+batch: ``batch`` replaces the net's own (``batch=None`` keeps it). Data layers
+that read a database (Data, ImageData, HDF5Data) take their shapes from the
+source's first record, as Caffe does, when the source is found; otherwise (and
+for WindowData, AnnotatedData, VideoData, which keras-caffe does not read)
+give them with ``input_shapes``, or analyse the deploy net.
 
 Bandwidth: ``analyze`` takes bytes per second, as a number, or a string with
 its unit (``"10Gbit/s"``, ``"56 Gbps"``, ``"1.25 GB/s"``; ``parse_bandwidth``

@@ -71,7 +71,8 @@ def analyze(net, batch=1, workers=1, bandwidth=DEFAULT_BANDWIDTH, phase="TEST", 
             name=layer.name, type=layer.type,
             tops=tuple((top, tuple(shape)) for top, shape in zip(layer.top, tops)),
             weight_shapes=tuple(owned), weights=sum(_count(s) for s in owned),
-            activations=0 if layer.type == "Split" else sum(_count(s) for s in tops),
+            activations=(0 if base.unit(layer.type).aliases_bottom
+                         else sum(_count(s) for s in tops)),
             forward_flops=forward, backward_flops=2 * forward,
             in_place=any(top in layer.bottom for top in layer.top),
         ))

@@ -106,6 +106,9 @@ class LayerType:
     data_layer = False
     #: ``Example``s for the registry-wide test.
     examples = ()
+    #: Whether the tops are the bottom itself (Caffe's Split shares the
+    #: bottom's data): ``analyze`` counts no activations for them.
+    aliases_bottom = False
     #: Why the importer does not build this type (``build`` is then None and
     #: only ``analyze`` sizes it); empty for every type it builds.
     analyze_only = ""

@@ -140,6 +140,8 @@ class Concat(LayerType):
 class Split(LayerType):
     """Split: every top is the bottom (Keras tensors can be reused)."""
 
+    aliases_bottom = True
+
     examples = (
         Example("", [(2, 3, 4, 5)], tops=2),
         Example("", [(2, 7)], tops=3),
