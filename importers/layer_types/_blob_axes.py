@@ -2,25 +2,9 @@
 Bias, Eltwise, Normalize, ...): bottom counts, fillers, and where Caffe's
 axes lie in a blob's tensor (so channels-last blobs need no transposes)."""
 
-import math
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types.base import fmt
-
-
-def bottom_range(layer, bottoms, low, high=None):
-    """Refuse a layer with fewer than ``low`` or more than ``high`` bottoms
-    (``high`` None: exactly ``low``; ``math.inf``: no upper bound)."""
-    high = low if high is None else high
-    if low <= len(bottoms) <= high:
-        return
-    if low == high:
-        wanted = str(low)
-    elif high < math.inf:
-        wanted = f"{low} to {high}"
-    else:
-        wanted = f"{low} or more"
-    raise LayerError(layer.name, f"({layer.type}) takes {wanted} bottom(s), got {len(bottoms)}")
 
 
 def initializer(param, field, default, shape=(1,)):

@@ -227,10 +227,19 @@ def canonical_axis(axis, rank):
     return canonical
 
 
-def need_bottoms(layer, bottoms, n):
-    """Refuse a layer with other than ``n`` (an int, or a collection) bottoms."""
-    if len(bottoms) != n if isinstance(n, int) else len(bottoms) not in n:
-        raise LayerError(layer.name, f"({layer.type}) takes {n} bottom(s), got {len(bottoms)}")
+def need_bottoms(layer, bottoms, low, high=None):
+    """Refuse a layer with fewer than ``low`` or more than ``high`` bottoms
+    (``high`` None: exactly ``low``; ``math.inf``: no upper bound)."""
+    high = low if high is None else high
+    if low <= len(bottoms) <= high:
+        return
+    if low == high:
+        wanted = str(low)
+    elif high < math.inf:
+        wanted = f"{low} to {high}"
+    else:
+        wanted = f"{low} or more"
+    raise LayerError(layer.name, f"({layer.type}) takes {wanted} bottom(s), got {len(bottoms)}")
 
 
 def same_shape(layer, bottoms, weights=()):

@@ -8,7 +8,6 @@ into ``ctx.batchnorm_scale``).
 
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.layer_types._blob_axes import bottom_range
 from keras_caffe.importers.layer_types.base import (
     Example,
     LayerType,
@@ -76,7 +75,7 @@ class Scale(LayerType):
     )
 
     def shapes(self, layer, bottoms, state):
-        bottom_range(layer, bottoms, 1, 2)
+        need_bottoms(layer, bottoms, 1, 2)
         axis, num_axes = _scale_axes(layer, bottoms)
         shape = bottoms[0]
         blob = tuple(shape[axis:axis + num_axes])

@@ -13,7 +13,6 @@ import keras
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.graph import Blob
 from keras_caffe.importers.layer_types._blob_axes import (
-    bottom_range,
     caffe_axes,
     initializer,
     tensor_axes,
@@ -87,7 +86,7 @@ class Bias(LayerType):
     )
 
     def shapes(self, layer, bottoms, state):
-        bottom_range(layer, bottoms, 1, 2)
+        need_bottoms(layer, bottoms, 1, 2)
         shape = bottoms[0]
         axis = _bias_axis(layer, shape)
         if len(bottoms) == 2:
@@ -181,7 +180,7 @@ class Eltwise(LayerType):
     )
 
     def shapes(self, layer, bottoms, state):
-        bottom_range(layer, bottoms, 2, math.inf)
+        need_bottoms(layer, bottoms, 2, math.inf)
         p = layer.eltwise_param
         coeffs = list(p.coeff)
         if coeffs and len(coeffs) != len(bottoms):

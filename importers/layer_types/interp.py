@@ -98,7 +98,7 @@ class Interp(LayerType):
     )
 
     def shapes(self, layer, bottoms, state):
-        need_bottoms(layer, bottoms, (1, 2))
+        need_bottoms(layer, bottoms, 1, 2)
         shape = tuple(bottoms[0])
         return Shapes([(*shape[:2], *output_size(layer, bottoms))])
 

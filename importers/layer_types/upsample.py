@@ -73,7 +73,7 @@ class Upsample(LayerType):
     )
 
     def shapes(self, layer, bottoms, state):
-        need_bottoms(layer, bottoms, (1, 2))
+        need_bottoms(layer, bottoms, 1, 2)
         shape = tuple(bottoms[0])
         if len(shape) != 4:
             raise LayerError(layer.name, f"(Upsample) needs a 4-D input (N, C, H, W), got "
