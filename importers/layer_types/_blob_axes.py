@@ -1,7 +1,6 @@
 """Helpers shared by the units of elementwise layer types (neurons, PReLU,
-Bias, Eltwise, Normalize, ...): bottom counts, fillers, and where Caffe's
-axes lie in a blob's tensor (so channels-last blobs need no transposes)."""
-
+Bias, Eltwise, Normalize, ...): fillers, and where Caffe's axes lie in a
+blob's tensor (so channels-last blobs need no transposes)."""
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types.base import fmt
