@@ -26,6 +26,7 @@ from keras_caffe.errors import (
 )
 from keras_caffe.importers.layer_types import base as layer_types
 from keras_caffe.importers.layer_types.base import ShapeState, fmt
+from keras_caffe.importers.registry import registered_types
 from keras_caffe.importers.sharing import ParamSharing
 from keras_caffe.layers import CaffeBlobs
 from keras_caffe.layers.gradient import StopGradient, TopLoss
@@ -346,11 +347,11 @@ def _check_types(net, source):
             "named in the model file; keras-caffe never executes code from a model file. "
             "Register a converter for the layer's behaviour, or replace it in the prototxt"
         )
-    units = layer_types.units()
-    known = {t for t, found in units.items() if found.build is not None}
-    missing = types - known
+    known = registered_types()
+    missing = types - set(known)
     if missing:
-        error = UnknownLayerError(source, missing, sorted(known))
+        units = layer_types.units()
+        error = UnknownLayerError(source, missing, known)
         reasons = [f"{t} is sized by analyze but not built: {units[t].analyze_only}"
                    for t in sorted(missing) if t in units and units[t].analyze_only]
         if reasons:

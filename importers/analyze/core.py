@@ -1,7 +1,6 @@
 """``analyze()``: walks a net layer by layer through the shape rules and totals the numbers."""
 
-from keras_caffe.errors import ArgumentError, GraphError, LayerError
-from keras_caffe.errors import UnknownLayerError
+from keras_caffe.errors import ArgumentError, GraphError, LayerError, UnknownLayerError
 from keras_caffe.importers.analyze.communication import parse_bandwidth
 from keras_caffe.importers.analyze.report import LayerStats, Report
 from keras_caffe.importers.layer_types import base

@@ -126,9 +126,6 @@ class LayerType:
     def builtin(self):
         return type(self).__module__.startswith("keras_caffe.")
 
-    def describe(self):
-        return (type(self).__doc__ or "").strip().splitlines()[0] if type(self).__doc__ else ""
-
 
 class Converter(LayerType):
     """A user's converter function registered with ``@converter``: it builds
@@ -144,9 +141,6 @@ class Converter(LayerType):
 
     def build(self, layer, bottoms, ctx):
         return self.fn(layer, bottoms, ctx)
-
-    def describe(self):
-        return (self.fn.__doc__ or "").strip().splitlines()[0] if self.fn.__doc__ else ""
 
 
 _UNITS = {}
