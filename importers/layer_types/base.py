@@ -55,9 +55,16 @@ SENET = "SENet (hujie-frank/SENet)"
 MOBILENET_V2 = "MobileNet-v2 forks (ReLU6)"
 #: VideoData comes from several forks, each with its own video_data_param.
 VIDEO = "video forks (C3D: facebook/C3D; TSN: yjxiong/caffe)"
+C3D = "C3D (facebook/C3D)"
+RFCN = "R-FCN (daijifeng001/caffe-rfcn)"
+MASK_RCNN = "ROIAlign forks (Mask R-CNN ports; ncnn, OpenCV)"
+YOLO = "YOLO Caffe ports (Reorg/Region/YOLO detection outputs; ncnn, OpenCV)"
+LRCN = "recurrent forks (ContinuationIndicator: CRNN/LRCN ports)"
+FLOWNET2 = "FlowNet 2.0 (lmb-freiburg/flownet2)"
+OPENCV = "OpenCV 4 dnn (layer names its Caffe importer accepts)"
 #: Every origin a built-in unit may name.
 ORIGINS = (BVLC, SSD, SEGNET, PSPNET, SHUFFLENET, FASTER_RCNN, MOBILENET, SENET, MOBILENET_V2,
-           VIDEO)
+           VIDEO, C3D, RFCN, MASK_RCNN, YOLO, LRCN, FLOWNET2, OPENCV)
 
 
 class DuplicateConverterError(KerasCaffeError):
