@@ -12,6 +12,7 @@
 """
 
 import argparse
+import gzip
 import os
 import statistics
 import time
@@ -81,6 +82,29 @@ def import_time(golden):
     return statistics.median(times)
 
 
+IRV2 = Path(__file__).resolve().parent / "data" / "inception-resnet-v2_deploy.prototxt.gz"
+
+
+def big_net_build_ratio(repeats):
+    """Seconds to import Inception-ResNet-v2's prototxt and to build Keras's
+    InceptionResNetV2, alternating, fresh session each time."""
+    text = gzip.decompress(IRV2.read_bytes()).decode()
+    builders = {
+        "keras-caffe import": lambda: keras_caffe.import_model(text),
+        "keras.applications": lambda: keras.applications.InceptionResNetV2(weights=None),
+    }
+    timings, sizes = {name: [] for name in builders}, {}
+    for r in range(repeats):
+        order = list(builders) if r % 2 == 0 else list(builders)[::-1]
+        for name in order:
+            keras.backend.clear_session()
+            start = time.perf_counter()
+            model = builders[name]()
+            timings[name].append(time.perf_counter() - start)
+            sizes[name] = (len(model.layers), len(model.weights), model.count_params())
+    return {name: statistics.median(t) for name, t in timings.items()}, sizes
+
+
 def train_step_ratio(batch, steps, repeats):
     x = np.random.RandomState(0).randn(batch, 224, 224, 3).astype("float32")
     y = np.random.RandomState(1).randint(0, 1000, batch)
@@ -110,6 +134,7 @@ def main():
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--build-repeats", type=int, default=6)
     args = parser.parse_args()
     console = Console()
     device = (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU"))[0].name
@@ -117,6 +142,16 @@ def main():
                   f"{os.cpu_count()} CPUs")
     seconds = import_time(args.golden)
     console.print(f"GoogLeNet prototxt + caffemodel -> Keras model: {seconds:.3f} s (goal < 1 s)")
+    build, sizes = big_net_build_ratio(args.build_repeats)
+    table = Table(title=f"Inception-ResNet-v2: model built, median of {args.build_repeats} (s)")
+    for column in ("built by", "Keras layers", "variables", "parameters", "s"):
+        table.add_column(column)
+    for name, seconds in build.items():
+        layers_, variables, params = sizes[name]
+        table.add_row(name, str(layers_), str(variables), f"{params:,}", f"{seconds:.2f}")
+    console.print(table)
+    console.print(f"ratio keras-caffe import / keras.applications build: "
+                  f"{build['keras-caffe import'] / build['keras.applications']:.2f} (goal <= 1.2)")
     step, params = train_step_ratio(args.batch, args.steps, args.repeats)
     table = Table(title=f"ResNet-50 train step, batch {args.batch}, XLA (median s/step)")
     for column in ("model", "parameters", "s/step"):

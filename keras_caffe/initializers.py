@@ -6,6 +6,7 @@ kernel layouts, so the importer passes them in explicitly.
 """
 
 import math
+import random
 
 import keras
 from keras import ops
@@ -39,7 +40,17 @@ class CaffeFiller(keras.initializers.Initializer):
         self.variance_norm, self.fan_in, self.fan_out = variance_norm, int(fan_in), int(fan_out)
         self.num_outputs = int(num_outputs)
         self.seed = seed
-        self._generator = keras.random.SeedGenerator(seed)
+        # Integer seeds, one per draw: a SeedGenerator would be one more
+        # TensorFlow variable per filler (hundreds in a big net, most of an
+        # import's time). ``keras.utils.set_random_seed`` seeds ``random``.
+        self._base = random.randrange(2**31 - 1) if seed is None else int(seed)
+        self._draws = 0
+
+    def _next_seed(self):
+        """A new integer seed for each draw: the same ``seed`` gives the same
+        sequence of draws, and no draw repeats another."""
+        self._draws += 1
+        return (self._base * 1_000_003 + self._draws) % (2**31 - 1)
 
     def _n(self):
         return {"FAN_IN": self.fan_in, "FAN_OUT": self.fan_out,
@@ -47,7 +58,7 @@ class CaffeFiller(keras.initializers.Initializer):
 
     def __call__(self, shape, dtype=None):
         dtype = dtype or "float32"
-        gen = self._generator
+        gen = self._next_seed()
         if self.type == "constant":
             return ops.full(shape, self.value, dtype=dtype)
         if self.type == "uniform":
@@ -56,7 +67,7 @@ class CaffeFiller(keras.initializers.Initializer):
             values = keras.random.normal(shape, self.mean, self.std, dtype=dtype, seed=gen)
             if self.sparse >= 0:
                 keep = self.sparse / max(self.num_outputs, 1)
-                mask = keras.random.uniform(shape, dtype=dtype, seed=gen) < keep
+                mask = keras.random.uniform(shape, dtype=dtype, seed=self._next_seed()) < keep
                 values = values * ops.cast(mask, dtype)
             return values
         if self.type == "positive_unitball":

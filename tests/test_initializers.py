@@ -88,3 +88,34 @@ def test_imported_net_starts_from_its_fillers(golden, tmp_path):
     model.save(tmp_path / "lenet.keras")
     loaded = keras.models.load_model(tmp_path / "lenet.keras")
     assert isinstance(loaded.get_layer("conv1").kernel_initializer, CaffeFiller)
+
+
+def test_a_seed_repeats_its_sequence_of_draws_and_no_draw_repeats():
+    """The same seed gives the same draws in order; successive draws and the
+    sparse mask's draw differ from each other."""
+    first, second = (CaffeFiller(type="gaussian", std=1.0, seed=7) for _ in range(2))
+    a1, a2 = draw(first, (50, 4)), draw(first, (50, 4))
+    np.testing.assert_array_equal(a1, draw(second, (50, 4)))
+    np.testing.assert_array_equal(a2, draw(second, (50, 4)))
+    assert not np.allclose(a1, a2)
+    sparse = draw(CaffeFiller(type="gaussian", sparse=2, num_outputs=4, seed=7), (200, 4))
+    assert 0.3 < (sparse == 0).mean() < 0.7   # keep 2/4: a mask independent of the values
+
+
+def test_unseeded_fillers_follow_keras_set_random_seed():
+    keras.utils.set_random_seed(3)
+    a = draw(CaffeFiller(type="uniform"), (10,))
+    keras.utils.set_random_seed(3)
+    np.testing.assert_array_equal(a, draw(CaffeFiller(type="uniform"), (10,)))
+
+
+def test_a_filler_owns_no_tensorflow_variable():
+    """A filler is plain Python until drawn: a net of hundreds of layers must
+    not create one random-state variable per filler (import time)."""
+    import tensorflow as tf
+
+    created = []
+    with tf.variable_creator_scope(lambda next_creator, **kw: created.append(kw) or next_creator(**kw)):
+        init = from_filler(filler(type="xavier"), (4, 3, 3, 3))
+        draw(init, (3, 3, 3, 4))
+    assert created == []
