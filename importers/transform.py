@@ -27,9 +27,10 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from keras_caffe.errors import LayerError, ProtoParseError
+from keras_caffe.errors import LayerError, ProtoParseError, WeightsError
 from keras_caffe.importers.protofile import read_binary
 from keras_caffe.importers.records import find_source
+from keras_caffe.importers.weights import blob_shape, blob_values
 from keras_caffe.proto import caffe_pb2
 
 _FIELDS = ("scale", "mean_file", "crop_size", "mirror")
@@ -54,11 +55,11 @@ def read_mean_file(layer, path, net_source):
         blob = read_binary(found, caffe_pb2.BlobProto)
     except (OSError, ProtoParseError) as err:
         raise LayerError(layer.name, f"cannot read mean_file {found!r}: {err}") from None
-    if blob.HasField("shape"):
-        shape = tuple(int(d) for d in blob.shape.dim)
-    else:
-        shape = (blob.num, blob.channels, blob.height, blob.width)
-    values = np.asarray(blob.double_data if len(blob.double_data) else blob.data, np.float32)
+    shape = blob_shape(blob)
+    try:
+        values = blob_values(blob, found)
+    except WeightsError as err:
+        raise LayerError(layer.name, f"cannot read mean_file {err}") from None
     if len(shape) == 4 and shape[0] == 1:
         shape = shape[1:]
     if len(shape) != 3 or values.size != int(np.prod(shape)):

@@ -12,19 +12,52 @@ from keras_caffe.proto import caffe_pb2
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
+#: NVIDIA/caffe's ``raw_data_type`` -> the numpy dtype of ``raw_data``.
+_RAW_DTYPES = {
+    caffe_pb2.BlobProto.DOUBLE: np.dtype("<f8"),
+    caffe_pb2.BlobProto.FLOAT: np.dtype("<f4"),
+    caffe_pb2.BlobProto.FLOAT16: np.dtype("<f2"),
+    caffe_pb2.BlobProto.INT: np.dtype("<i4"),
+    caffe_pb2.BlobProto.UINT: np.dtype("<u4"),
+}
+
+
+def blob_values(blob, where):
+    """A ``BlobProto``'s values, flat, as float32: ``data`` (BVLC), else
+    ``double_data``, else NVIDIA/caffe's ``raw_data`` of ``raw_data_type``."""
+    if len(blob.data):
+        return np.asarray(blob.data, dtype=np.float32)
+    if len(blob.double_data):
+        return np.asarray(blob.double_data, dtype=np.float32)
+    if not blob.HasField("raw_data"):
+        return np.zeros(0, np.float32)
+    dtype = _RAW_DTYPES.get(blob.raw_data_type)
+    if dtype is None or not blob.HasField("raw_data_type"):
+        raise WeightsError(f"{where}: raw_data without a known raw_data_type "
+                           f"({blob.raw_data_type if blob.HasField('raw_data_type') else 'none'})")
+    if len(blob.raw_data) % dtype.itemsize:
+        raise WeightsError(f"{where}: raw_data of {len(blob.raw_data)} bytes is not a whole "
+                           f"number of {caffe_pb2.BlobProto.Type.Name(blob.raw_data_type)} values")
+    return np.frombuffer(blob.raw_data, dtype=dtype).astype(np.float32)
+
+
+def blob_shape(blob):
+    """A ``BlobProto``'s shape: ``shape``, else the legacy 4-D fields."""
+    if blob.HasField("shape"):
+        return tuple(int(d) for d in blob.shape.dim)
+    return (blob.num, blob.channels, blob.height, blob.width)
+
+
 def blob_to_array(blob, where):
     """A ``BlobProto`` as a float32 numpy array of its shape."""
-    if blob.HasField("shape"):
-        shape = tuple(blob.shape.dim)
-    else:  # legacy 4-D num/channels/height/width
-        shape = tuple(d for d in (blob.num, blob.channels, blob.height, blob.width))
-    data = blob.data if len(blob.data) else blob.double_data
+    shape = blob_shape(blob)
+    data = blob_values(blob, where)
     count = int(np.prod(shape)) if shape else 1
     if len(data) != count:
         raise WeightsError(
             f"{where}: blob holds {len(data)} values but its shape {shape} needs {count}"
         )
-    return np.asarray(data, dtype=np.float32).reshape(shape)
+    return data.reshape(shape)
 
 
 def array_to_blob(array):

@@ -232,3 +232,51 @@ def test_garbage_is_still_not_a_weights_file(tmp_path):
     path.write_bytes(struct.pack("<4f", 1, 2, 3, 4) * 3 + b"\xff\xff")
     with pytest.raises(keras_caffe.errors.WeightsError, match="not a Caffe weights file"):
         load_weights(path)
+
+
+def _nvidia_blob(values, shape, raw_type, dtype):
+    """A BlobProto as NVIDIA/caffe 0.16+ writes it by default: ``shape`` (7),
+    ``raw_data_type`` (10, its caffe.Type enum) and ``raw_data`` (12)."""
+    dims = b"".join(_field(1, 0, _varint(d)) for d in shape)
+    raw = np.asarray(values, dtype).tobytes()
+    return _field(7, 2, dims) + _field(10, 0, _varint(raw_type)) + _field(12, 2, raw)
+
+
+@pytest.mark.parametrize("raw_type, dtype", [(2, "<f2"), (1, "<f4"), (0, "<f8")])
+def test_an_nvidia_caffe_caffemodel_with_raw_blobs_loads(tmp_path, raw_type, dtype):
+    """NVIDIA/caffe writes blobs as raw bytes (FLOAT16 = 2, FLOAT = 1,
+    DOUBLE = 0); the imported net computes with those values."""
+    kernel = (np.arange(2 * 3 * 2 * 2) % 7 - 3) / 4.0   # exact in float16
+    bias = np.array([0.5, -1.25])
+    layer = (_field(1, 2, b"conv1") + _field(2, 2, b"Convolution")
+             + _field(7, 2, _nvidia_blob(kernel, (2, 3, 2, 2), raw_type, dtype))
+             + _field(7, 2, _nvidia_blob(bias, (2,), raw_type, dtype)))
+    path = tmp_path / "nvcaffe.caffemodel"
+    path.write_bytes(_field(100, 2, layer))
+    weights = load_weights(path)
+    np.testing.assert_array_equal(weights["conv1"][0], kernel.reshape(2, 3, 2, 2))
+    np.testing.assert_array_equal(weights["conv1"][1], bias)
+    net = ('layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 '
+           'dim: 3 dim: 3 } } }\nlayer { name: "conv1" type: "Convolution" bottom: "data" '
+           'top: "conv1" convolution_param { num_output: 2 kernel_size: 2 } }')
+    model = keras_caffe.import_model(net, weights=path, data_format="channels_first")
+    x = np.random.RandomState(0).rand(1, 3, 3, 3).astype("float32")
+    want = np.array([[[np.sum(x[0, :, i:i + 2, j:j + 2] * kernel.reshape(2, 3, 2, 2)[o]) + bias[o]
+                       for j in range(2)] for i in range(2)] for o in range(2)])
+    np.testing.assert_allclose(model.predict(x, verbose=0)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_raw_blob_data_of_a_broken_length_or_type_is_a_weights_error(tmp_path):
+    blob = _field(7, 2, _field(1, 0, _varint(2))) + _field(10, 0, _varint(2)) + _field(12, 2, b"\0" * 3)
+    layer = _field(1, 2, b"ip") + _field(7, 2, blob)
+    path = tmp_path / "short.caffemodel"
+    path.write_bytes(_field(100, 2, layer))
+    with pytest.raises(keras_caffe.errors.WeightsError,
+                       match=r"layer 'ip' blob 0: raw_data of 3 bytes is not a whole number "
+                             r"of FLOAT16 values"):
+        load_weights(path)
+    blob = _field(7, 2, _field(1, 0, _varint(1))) + _field(12, 2, b"\0\0\0\0")
+    path.write_bytes(_field(100, 2, _field(1, 2, b"ip") + _field(7, 2, blob)))
+    with pytest.raises(keras_caffe.errors.WeightsError,
+                       match=r"layer 'ip' blob 0: raw_data without a known raw_data_type \(none\)"):
+        load_weights(path)

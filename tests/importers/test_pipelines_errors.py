@@ -304,3 +304,21 @@ def test_dummy_data_fillers_and_shapes_as_caffe_checks_them():
 
 def test_every_pipeline_error_is_a_keras_caffe_value_error():
     assert issubclass(LayerError, KerasCaffeError) and issubclass(LayerError, ValueError)
+
+
+def test_an_nvidia_caffe_mean_file_of_raw_float16_subtracts_the_same_mean(tmp_path):
+    """NVIDIA/caffe writes ``raw_data`` of ``raw_data_type``, not ``data``."""
+    path, images, _ = raw_lmdb(tmp_path / "db", count=2, shape=(2, 4, 3))
+    mean = (np.arange(24).reshape(2, 4, 3) % 5) * 0.5          # exact in float16
+    nv = caffe_pb2.BlobProto(raw_data_type=caffe_pb2.BlobProto.FLOAT16,
+                             raw_data=mean.astype("<f2").tobytes())
+    nv.shape.dim.extend([1, 2, 4, 3])
+    (tmp_path / "mean.binaryproto").write_bytes(nv.SerializeToString())
+    pipe = layer_pipeline(data_layer(path, 2, f'mean_file: "{tmp_path / "mean.binaryproto"}"'),
+                          data_format="channels_first")
+    np.testing.assert_array_equal(take(pipe, 1)[0]["data"], images[:2] - mean)
+    nv.raw_data = b"\0" * 3
+    (tmp_path / "mean.binaryproto").write_bytes(nv.SerializeToString())
+    _raises("layer 'data': cannot read mean_file .*mean.binaryproto: raw_data of 3 bytes is not "
+            "a whole number of FLOAT16 values", layer_pipeline,
+            data_layer(path, 2, f'mean_file: "{tmp_path / "mean.binaryproto"}"'))
