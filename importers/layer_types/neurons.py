@@ -62,10 +62,24 @@ class Dropout(Neuron):
     """Dropout (dropout_ratio), kept units scaled by 1/(1-p) while training.
 
     Caffe scales as Keras does. In a TEST-phase net it is the identity even
-    under ``training=True`` (Caffe's TEST phase never drops)."""
+    under ``training=True`` (Caffe's TEST phase never drops). With
+    py-faster-rcnn's ``scale_train: false`` (caffe-fast-rcnn's
+    dropout_layer.cpp) kept units are not scaled while training and the
+    output is scaled by 1 - p otherwise."""
 
     examples = (Example("dropout_param { dropout_ratio: 0.3 }", [(2, 3, 4, 4)]),
-                Example("dropout_param { dropout_ratio: 0.5 }", [(4, 6)], phase="TRAIN"))
+                Example("dropout_param { dropout_ratio: 0.5 }", [(4, 6)], phase="TRAIN"),
+                Example("dropout_param { dropout_ratio: 0.25 scale_train: false }", [(2, 5)]))
+
+    def build(self, layer, bottoms, ctx):
+        top = super().build(layer, bottoms, ctx)[0]
+        p = layer.dropout_param
+        if p.scale_train:
+            return [top]
+        # Keras's Dropout scales kept units by 1/(1-p) while training; times
+        # (1-p) is then Caffe's unscaled mask, and (1-p) when not dropping.
+        keep = layers.Power(scale=1.0 - p.dropout_ratio, name=ctx.keras_name(layer.name, "_keep"))
+        return [ctx.elementwise(keep, top)]
 
     def check(self, layer):
         ratio = layer.dropout_param.dropout_ratio

@@ -149,6 +149,26 @@ def test_dropout_train_scales_kept_units(ratio, data_format):
 
 
 @pytest.mark.converter("Dropout")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+def test_dropout_scale_train_false_is_py_faster_rcnns(data_format):
+    """caffe-fast-rcnn's dropout_layer.cpp with scale_train false: TRAIN keeps
+    units unscaled (x * mask); TEST (and a TRAIN net not dropping) gives
+    x * (1 - p)."""
+    keras.utils.set_random_seed(2)
+    x = np.full((4, 3, 16, 16), 2.0, np.float32)
+    param = "dropout_param { dropout_ratio: 0.25 scale_train: false }"
+    np.testing.assert_allclose(run_one("Dropout", x, data_format, param), x * 0.75, rtol=1e-6)
+    np.testing.assert_allclose(run_one("Dropout", x, data_format, param, training=True), x * 0.75,
+                               rtol=1e-6)
+    y = run_one("Dropout", x, data_format, param, phase="TRAIN", training=True)
+    kept = y != 0
+    np.testing.assert_allclose(y[kept], 2.0, rtol=1e-6)
+    assert abs((~kept).mean() - 0.25) < 0.03
+    np.testing.assert_allclose(run_one("Dropout", x, data_format, param, phase="TRAIN"),
+                               x * 0.75, rtol=1e-6)
+
+
+@pytest.mark.converter("Dropout")
 def test_dropout_ratio_zero_keeps_everything():
     x = images()
     y = run_one("Dropout", x, "channels_last", "dropout_param { dropout_ratio: 0 }",
