@@ -1,0 +1,118 @@
+"""End to end on public nets of the forks' families (issue 15): each file,
+as published, imported with random Caffe blobs written to a caffemodel,
+run forward in both data formats, against ``caffe_numpy`` (a float64 numpy
+run of the same net with the same blobs).
+
+- SegNet-basic (alexgkendall/SegNet-Tutorial): BN, MAX pooling masks,
+  Upsample, LRN; its DenseImageData layer replaced by an Input of 24x32
+  (SegNet's 360x480 at 1/15 scale: the same odd size after the 4th pooling,
+  so ``pad_out_h`` holds); no other change.
+- SE-ResNet-50 (hujie-frank/SENet): Axpy, global pooling, Sigmoid.
+- ShuffleNet 1x g3 (farmingyard/ShuffleNet): ShuffleChannel,
+  ConvolutionDepthwise, AVE pooling with Caffe's ceil rounding.
+
+The blobs are random but in a sensible range (BatchNorm variance around 1,
+weights scaled by the fan-in), so activations neither vanish nor overflow
+and the comparison means something 50 layers deep.
+"""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import caffe_numpy
+import keras_caffe
+from keras_caffe.importers.api import caffe_parts
+from keras_caffe.importers.export import caffemodel_proto
+from keras_caffe.importers.netfile import read_net
+from keras_caffe.layers import CaffeBlobs
+from support import DATA_FORMATS
+
+pytestmark = pytest.mark.kernels
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def sensible_blobs(model, seed=0):
+    """{Caffe layer name: [arrays]}: random blobs of the model's Caffe shapes."""
+    rng = np.random.RandomState(seed)
+    types = {name: part[3] for name, part in caffe_parts(model).items()}
+    blobs = {}
+    for layer in model.layers:
+        if not isinstance(layer, CaffeBlobs):
+            continue
+        shapes = iter(layer.caffe_blob_shapes())
+        for name, _, count in layer.caffe_parts:
+            blobs[name] = _blobs_of(types[name], [next(shapes) for _ in range(count)], rng)
+    return blobs
+
+
+def _blobs_of(caffe_type, shapes, rng):
+    if caffe_type == "BatchNorm":
+        mean, var, factor = shapes
+        return [rng.normal(0, 0.1, mean), rng.uniform(0.5, 1.5, var), np.ones(factor)]
+    if caffe_type in ("Scale", "BN"):
+        return [rng.uniform(0.5, 1.5, shapes[0])] + [rng.normal(0, 0.1, s) for s in shapes[1:]]
+    weight, *rest = shapes
+    fan_in = int(np.prod(weight[1:]))
+    return [rng.normal(0, np.sqrt(1.0 / fan_in), weight)] + [rng.normal(0, 0.1, s) for s in rest]
+
+
+def compare(text, inputs, outputs, tmp_path, rtol=2e-4):
+    net, _ = read_net(text)
+    model = keras_caffe.import_model(text)
+    blobs = sensible_blobs(model)
+    weights = tmp_path / "random.caffemodel"
+    weights.write_bytes(caffemodel_proto(model, blobs).SerializeToString())
+    want = caffe_numpy.run(net, inputs, blobs)
+    for data_format in DATA_FORMATS:
+        model = keras_caffe.import_model(text, weights=weights, data_format=data_format,
+                                         outputs=outputs)
+        got = model.predict([_layout(x, data_format) for x in inputs.values()], verbose=0)
+        got = [got[name] for name in outputs] if isinstance(got, dict) else [got]
+        for name, value in zip(outputs, got):
+            expected = want[name]
+            scale = np.abs(expected).max()
+            assert scale > 1e-3, f"{name}: the reference is all but zero"
+            np.testing.assert_allclose(_layout(value, data_format, back=True), expected,
+                                       rtol=rtol, atol=rtol * scale, err_msg=f"{name}, {data_format}")
+    return want
+
+
+def _layout(x, data_format, back=False):
+    if data_format == "channels_first" or x.ndim != 4:
+        return x
+    return np.moveaxis(x, -1, 1) if back else np.moveaxis(x, 1, -1)
+
+
+@pytest.mark.converter("BN")
+@pytest.mark.converter("Upsample")
+@pytest.mark.converter("Pooling")
+def test_segnet_basic_matches_numpy(tmp_path):
+    text = (DATA / "segnet_basic_inference.prototxt").read_text()
+    start = text.index("layer {")
+    end = text.index("layer {", start + 1)
+    text = (text[:start] + 'layer { name: "data" type: "Input" top: "data" '
+            'input_param { shape { dim: 1 dim: 3 dim: 24 dim: 32 } } }\n' + text[end:])
+    x = np.random.RandomState(1).uniform(0, 1, (1, 3, 24, 32)).astype("float32")
+    want = compare(text, {"data": x}, ["conv_classifier", "prob"], tmp_path)
+    assert want["prob"].shape == (1, 11, 24, 32)
+    assert want["upsample4"].shape == (1, 64, 3, 4)   # pad_out_h: 2 * 2 - 1
+
+
+@pytest.mark.converter("Axpy")
+def test_se_resnet_50_matches_numpy(tmp_path):
+    text = (DATA / "se_resnet_50.prototxt").read_text()
+    x = np.random.RandomState(2).uniform(-1, 1, (1, 3, 224, 224)).astype("float32")
+    want = compare(text, {"data": x}, ["classifier", "prob"], tmp_path, rtol=1e-3)
+    assert want["prob"].shape == (1, 1000)
+
+
+@pytest.mark.converter("ShuffleChannel")
+@pytest.mark.converter("ConvolutionDepthwise")
+def test_shufflenet_1x_g3_matches_numpy(tmp_path):
+    text = (DATA / "shufflenet_1x_g3_deploy.prototxt").read_text()
+    x = np.random.RandomState(3).uniform(-1, 1, (1, 3, 224, 224)).astype("float32")
+    want = compare(text, {"data": x}, ["fc1000"], tmp_path, rtol=1e-3)
+    assert want["fc1000"].shape == (1, 1000, 1, 1)
