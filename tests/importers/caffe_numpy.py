@@ -246,3 +246,61 @@ def run(net, inputs, weights):
         for name, value in zip(layer.top, fn(layer, [blobs[b] for b in layer.bottom], params)):
             blobs[name] = value
     return blobs
+
+
+@forward("Flatten")
+def _flatten(layer, bottoms, blobs):
+    """flatten_layer.cpp: axes axis..end_axis into one."""
+    x, p = bottoms[0], layer.flatten_param
+    start, end = p.axis % x.ndim, p.end_axis % x.ndim
+    return [x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])]
+
+
+@forward("Reshape")
+def _reshape(layer, bottoms, blobs):
+    """reshape_layer.cpp with axis 0, num_axes -1: 0 copies, -1 infers."""
+    x = bottoms[0]
+    dims = [x.shape[i] if d == 0 else d for i, d in enumerate(layer.reshape_param.shape.dim)]
+    return [x.reshape(dims)]
+
+
+@forward("Permute")
+def _permute(layer, bottoms, blobs):
+    """SSD's permute_layer.cpp: the listed axes first, the rest in order."""
+    x = bottoms[0]
+    order = list(layer.permute_param.order)
+    order += [a for a in range(x.ndim) if a not in order]
+    return [x.transpose(order)]
+
+
+@forward("PriorBox")
+def _prior_box(layer, bottoms, blobs):
+    """SSD's prior_box_layer.cpp: ``test_prior_box.prior_box_reference``."""
+    from test_prior_box import prior_box_reference
+
+    p = layer.prior_box_param
+
+    def opt(field):
+        return getattr(p, field) if p.HasField(field) else None
+
+    return [prior_box_reference(
+        bottoms[0].shape[2:], bottoms[1].shape[2:], list(p.min_size), list(p.max_size),
+        list(p.aspect_ratio), p.flip, p.clip, list(p.variance), opt("img_size"), opt("img_h"),
+        opt("img_w"), opt("step"), opt("step_h"), opt("step_w"), p.offset)]
+
+
+@forward("DetectionOutput")
+def _detection_output(layer, bottoms, blobs):
+    """SSD's detection_output_layer.cpp:
+    ``test_detection_output.detection_output_reference`` (the fork's top,
+    (1, 1, kept, 7))."""
+    from keras_caffe.proto import caffe_pb2
+    from test_detection_output import detection_output_reference
+
+    p = layer.detection_output_param
+    nms = p.nms_param
+    return [detection_output_reference(
+        *bottoms, p.num_classes, p.share_location, p.background_label_id,
+        caffe_pb2.PriorBoxParameter.CodeType.Name(p.code_type), p.variance_encoded_in_target,
+        p.keep_top_k, p.confidence_threshold if p.HasField("confidence_threshold") else None,
+        nms.nms_threshold, nms.top_k if nms.HasField("top_k") else -1, nms.eta)]
