@@ -109,6 +109,9 @@ class LayerType:
     origin = BVLC
     #: Bottom indices read as labels (no gradient, not model inputs).
     label_bottoms = ()
+    #: Whether the tops' batch size depends on the data (Filter): the shape
+    #: rule then gives the largest it can be.
+    data_dependent_batch = False
     #: Whether the type brings data into the net (no bottoms; a model input).
     data_layer = False
     #: ``Example``s for the registry-wide test.

@@ -6,6 +6,7 @@ loads with ``keras.models.load_model`` after ``import keras_caffe``.
 
 from keras_caffe.layers import (  # noqa: F401  (registers)
     axpy,
+    batch_select,
     deconv,
     elementwise,
     fork,

@@ -143,7 +143,9 @@ def test_example_shapes_agree(layer_type, index, data_format):
         value = keras.ops.convert_to_numpy(value)
         if data_format == "channels_last" and value.ndim >= 3:
             value = np.moveaxis(value, -1, 1)
-        if name in expected:
+        if name in expected and unit.data_dependent_batch:
+            assert value.shape[1:] == expected[name][1:] and value.shape[0] <= expected[name][0]
+        elif name in expected:
             assert value.shape == expected[name], name
         elif name.startswith("r") and unit.data_layer:
             assert value.shape == row.tops[int(name[1:])][1], name
