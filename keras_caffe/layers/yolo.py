@@ -36,6 +36,13 @@ def _from_nchw(x, data_format):
     return x if data_format == "channels_first" else ops.transpose(x, (0, 2, 3, 1))
 
 
+def _softmax(x, axis):
+    """Softmax over ``axis``; 1 where it has one entry (Keras warns there)."""
+    if x.shape[axis] == 1:
+        return ops.ones_like(x)
+    return ops.softmax(x, axis=axis)
+
+
 # -- Reorg -------------------------------------------------------------------------
 
 
@@ -156,7 +163,7 @@ class Region(keras.layers.Layer):
         pieces = [ops.sigmoid(part(0, 2)), part(2, self.coords),
                   ops.sigmoid(part(self.coords, self.coords + 1))]
         scores = part(self.coords + 1, size)
-        pieces.append(ops.softmax(scores, axis=axis) if self.softmax else scores)
+        pieces.append(_softmax(scores, axis) if self.softmax else scores)
         pieces = [p for p in pieces if p.shape[axis] != 0]
         return ops.reshape(ops.concatenate(pieces, axis=axis), ops.shape(x))
 
@@ -330,7 +337,7 @@ class YoloDetectionOutput(_YoloOutput):
         for x, h, w in heads:
             side = np.float32(w)
             cols, rows = _cells(h, w, self.num_box)
-            probs = ops.softmax(x[..., 5:5 + self.num_classes], axis=-1)
+            probs = _softmax(x[..., 5:5 + self.num_classes], -1)
             best = ops.max(probs, axis=-1)
             label = ops.cast(ops.argmax(probs, axis=-1), "float32")
             confidence = ops.sigmoid(x[..., 4]) * best
