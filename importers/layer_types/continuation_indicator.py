@@ -12,7 +12,8 @@ says. ``LayerSetUp`` requires ``time_step`` and N to be positive.
 
 The bottomless form has no input to hang a Keras layer on: its top is a
 constant tensor, which the layers that read it (LSTM, RNN, ...) take in as
-a constant of the model.
+a constant of the model (it survives ``to_json`` and ``.keras`` files). A
+constant is no Keras tensor, so that top cannot itself be a model output.
 """
 
 from keras import ops

@@ -420,6 +420,7 @@ def test_rnn_expose_hidden_needs_its_bottoms_and_tops():
 
 @pytest.mark.converter("LSTM")
 @pytest.mark.converter("ContinuationIndicator")
+@pytest.mark.filterwarnings("ignore:.*no weights for layer")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)
 def test_crnn_style_file_imports_and_runs(data_format):
     """tests/importers/data/crnn_lstm_deploy.prototxt: the sequence half of a
@@ -458,6 +459,7 @@ def test_crnn_style_file_imports_and_runs(data_format):
 
 
 @pytest.mark.converter("LSTM")
+@pytest.mark.filterwarnings("ignore:.*no weights for layer")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)
 def test_caption_style_file_imports_and_runs(data_format):
     """tests/importers/data/lstm_caption_lm.prototxt: an LRCN captioning
