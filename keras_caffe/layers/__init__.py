@@ -11,6 +11,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     elementwise,
     fork,
     gradient,
+    recurrent,
     reductions,
     roi_pooling,
     segmentation,
