@@ -8,6 +8,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     axpy,
     deconv,
     elementwise,
+    flownet,
     fork,
     gradient,
     reductions,
