@@ -35,7 +35,8 @@ def conv(x, w, b, stride=1, pad=0):
     out = np.zeros((n, o, oh, ow))
     for u in range(kh):
         for v in range(kw):
-            patch = padded[:, :, u:u + stride * (oh - 1) + 1:stride, v:v + stride * (ow - 1) + 1:stride]
+            patch = padded[:, :, u:u + stride * (oh - 1) + 1:stride,
+                           v:v + stride * (ow - 1) + 1:stride]
             out += np.einsum("nchw,oc->nohw", patch, w[:, :, u, v])
     return out + b[None, :, None, None]
 
@@ -112,3 +113,30 @@ def test_flownetc_tiny_deploy_in_analyze():
     assert rows["fusion_input"].tops == (("fusion_input", (1, 8, 24, 24)),)
     assert rows["flow_final"].tops == (("predict_flow_final", (1, 2, 18, 22)),)
     assert rows["img0s_aug"].weight_shapes == ((1, 1, 1, 1), (1, 3, 18, 22), (1, 3, 1, 1))
+
+
+@pytest.mark.converter("Correlation", "FlowWarp", "Resample", "Accum", "DataAugmentation")
+def test_schema_has_the_forks_numbers():
+    """The fork's field numbers where BVLC leaves them free; 2600 up where
+    they clash (augmentation_param is 149 there, our upsample_param;
+    coeff_schedule_param 148, BVLC's clip_param); inside the messages the
+    fork's own (src/caffe/proto/caffe.proto of lmb-freiburg/flownet2)."""
+    from keras_caffe.proto import caffe_pb2
+
+    layer = caffe_pb2.LayerParameter.DESCRIPTOR.fields_by_name
+    assert {name: layer[name].number for name in (
+        "correlation_param", "resample_param", "flow_warp_param", "accum_param",
+        "augmentation_param", "coeff_schedule_param")} == {
+        "correlation_param": 150, "resample_param": 155, "flow_warp_param": 159,
+        "accum_param": 160, "augmentation_param": 2600, "coeff_schedule_param": 2601}
+    numbers = {
+        ("CorrelationParameter", "correlation_type"): 15,
+        ("CorrelationParameter", "single_direction"): 8,
+        ("ResampleParameter", "factor"): 5, ("ResampleParameter", "antialias"): 4,
+        ("AccumParameter", "have_reference"): 4, ("FlowWarpParameter", "fill_value"): 1,
+        ("AugmentationParameter", "crop_width"): 33, ("AugmentationParameter", "mean"): 18,
+        ("AugmentationParameter", "noise"): 107, ("RandomGeneratorParameter", "multiplier"): 9,
+    }
+    for (message, field), number in numbers.items():
+        descriptor = caffe_pb2.DESCRIPTOR.message_types_by_name[message]
+        assert descriptor.fields_by_name[field].number == number, (message, field)
