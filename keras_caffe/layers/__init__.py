@@ -9,6 +9,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     batch_select,
     deconv,
     elementwise,
+    flownet,
     fork,
     gradient,
     recurrent,
