@@ -10,6 +10,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     elementwise,
     fork,
     gradient,
+    opencv,
     reductions,
     roi_pooling,
     segmentation,
