@@ -12,6 +12,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     flownet,
     fork,
     gradient,
+    opencv,
     recurrent,
     reductions,
     roi_pooling,
