@@ -6,6 +6,8 @@ loads with ``keras.models.load_model`` after ``import keras_caffe``.
 
 from keras_caffe.layers import (  # noqa: F401  (registers)
     axpy,
+    c3d,
+    conv_nd,
     deconv,
     elementwise,
     fork,
