@@ -116,7 +116,7 @@ class C3DPooling3D(keras.layers.Layer):
             if any(pads) or any(far):
                 x = ops.pad(x, paddings, constant_values=LOWEST)
             y = ops.max_pool(x, self.kernel_size, self.stride, padding="valid")
-            y = ops.maximum(y, ops.cast(LOWEST, y.dtype))
+            y = ops.maximum(y[:, :out[0], :out[1], :out[2], :], ops.cast(LOWEST, y.dtype))
         else:
             if any(pads) or any(far):
                 x = ops.pad(x, paddings)
@@ -125,7 +125,7 @@ class C3DPooling3D(keras.layers.Layer):
             scale = self._average_scale(sizes, out)
             if scale is not None:
                 y = y * ops.cast(scale, y.dtype)
-        return channels_back(y[:, :out[0], :out[1], :out[2], :], self.data_format)
+        return channels_back(y, self.data_format)
 
     def _average_scale(self, sizes, out):
         """(k_l k_h k_w) / the fork's pool_size per output cell (None where

@@ -26,6 +26,7 @@ from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
 from keras_caffe.importers.analyze import analyze
 from keras_caffe.importers.weights import load_weights
+from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
@@ -502,14 +503,23 @@ def c3d_v1_layer(name, type_number, arrays):
 
 
 @pytest.mark.converter("Convolution3D")
-def test_a_c3d_v1_caffemodel_loads(tmp_path):
+@pytest.mark.parametrize("unparsable", [False, True])
+def test_a_c3d_v1_caffemodel_loads(tmp_path, unparsable):
+    """Read with BVLC's schema (its V1 types mean other layers there: not
+    upgraded), or, where a field makes that schema fail (``unparsable``),
+    with the weights-only one: the blobs are C3D's either way."""
     rng = np.random.default_rng(6)
     w = rng.standard_normal((4, 3, 3, 3, 3)).astype(F)
     b = rng.standard_normal(4).astype(F)
     fc = rng.standard_normal((5, 7)).astype(F)
     path = tmp_path / "c3d_v1.caffemodel"
+    relu = c3d_v1_layer("relu1a", 18, [])
+    if unparsable:  # a convolution_param (10) whose bytes are no message
+        relu = _field(2, 2, relu[2:] + _field(10, 2, b"\xff" * 11))
+        with pytest.raises(Exception):
+            caffe_pb2.NetParameter.FromString(relu)
     path.write_bytes(_field(1, 2, b"c3d") + c3d_v1_layer("conv1a", 30, [w, b.reshape(1, 1, 1, 1, 4)])
-                     + c3d_v1_layer("relu1a", 18, []) + c3d_v1_layer("fc8", 14, [fc, np.zeros(5)]))
+                     + relu + c3d_v1_layer("fc8", 14, [fc, np.zeros(5)]))
     weights = load_weights(path)
     assert sorted(weights) == ["conv1a", "fc8"]
     np.testing.assert_array_equal(weights["conv1a"][0], w)
@@ -630,5 +640,9 @@ def test_a_c3d_net_imports_and_matches_numpy(data_format, tmp_path):
     x = rng.standard_normal((2, 3, 8, 48, 48)).astype(F)
     got = keras.ops.convert_to_numpy(model(to_keras_layout(x, data_format)))
     np.testing.assert_allclose(got, c3d_net_numpy(x, weights), rtol=1e-4, atol=1e-5)
-    # The Keras model's blobs are the fork's shapes.
+    # The Keras model's blobs are the fork's shapes; it saves and reloads.
     assert model.get_layer("conv1a").caffe_blob_shapes() == [(4, 3, 3, 3, 3), (1, 1, 1, 1, 4)]
+    model.save(tmp_path / "c3d.keras")
+    again = keras.models.load_model(tmp_path / "c3d.keras")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(again(to_keras_layout(x, data_format))),
+                               got, rtol=1e-6, atol=1e-7)
