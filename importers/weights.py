@@ -48,8 +48,33 @@ def blob_shape(blob):
     return (blob.num, blob.channels, blob.height, blob.width)
 
 
+def _is_c3d_blob(blob):
+    """Whether a ``BlobProto`` was written by C3D-v1.0 (facebook/C3D), whose
+    BlobProto numbers num 1, channels 2, length 3, height 4, width 5, data 6,
+    diff 7: read with BVLC's numbers it has no data and its values in diff
+    (its width, a varint where BVLC has packed floats, is kept as an unknown
+    field). BVLC's weights blobs always hold data."""
+    return (not blob.HasField("shape") and not len(blob.data) and not len(blob.double_data)
+            and not blob.HasField("raw_data")
+            and len(blob.diff) > 0)
+
+
+def _c3d_blob_to_array(blob, where):
+    """A C3D-v1.0 blob (5-D num, channels, length, height, width)."""
+    c3d = caffe_pb2.C3DBlobProto.FromString(blob.SerializeToString())
+    shape = (c3d.num, c3d.channels, c3d.length, c3d.height, c3d.width)
+    count = int(np.prod(shape))
+    if len(c3d.data) != count:
+        raise WeightsError(f"{where}: C3D blob holds {len(c3d.data)} values but its shape "
+                           f"{shape} needs {count}")
+    return np.asarray(c3d.data, dtype=np.float32).reshape(shape)
+
+
 def blob_to_array(blob, where):
-    """A ``BlobProto`` as a float32 numpy array of its shape."""
+    """A ``BlobProto`` as a float32 numpy array of its shape (C3D-v1.0's 5-D
+    blobs and NVIDIA/caffe's raw blobs too)."""
+    if _is_c3d_blob(blob):
+        return _c3d_blob_to_array(blob, where)
     shape = blob_shape(blob)
     data = blob_values(blob, where)
     count = int(np.prod(shape)) if shape else 1
@@ -80,8 +105,11 @@ def load_weights(path):
     if head == _HDF5_SIGNATURE:
         return _load_hdf5(path)
     try:
-        net = upgrade_net(read_binary(path, caffe_pb2.NetParameter), path)
-        layers = [(layer.name, layer.blobs) for layer in net.layer]
+        net = read_binary(path, caffe_pb2.NetParameter)
+        layers = _c3d_v1_layers(net)
+        if layers is None:
+            net = upgrade_net(net, path)
+            layers = [(layer.name, layer.blobs) for layer in net.layer]
     except ProtoParseError as err:
         # A fork's file whose other fields clash with BVLC's numbering: its
         # names and blobs are still where every Caffe puts them.
@@ -96,6 +124,17 @@ def load_weights(path):
     if not weights and not layers:
         raise WeightsError(f"{path}: not a Caffe weights file (no layers in it)")
     return weights
+
+
+def _c3d_v1_layers(net):
+    """``[(layer name, blobs)]`` of a C3D-v1.0 caffemodel (V1 layers with
+    C3D's blobs), else None. Its V1 layer type enum clashes with BVLC's (30
+    is C3D's CONVOLUTION3D, BVLC's ARGMAX; 40, DOWN_SAMPLING, is none of
+    BVLC's), so its layers are not upgraded: names and blobs are all the
+    weights need."""
+    if net.layer or not any(_is_c3d_blob(b) for v1 in net.layers for b in v1.blobs):
+        return None
+    return [(v1.name, v1.blobs) for v1 in net.layers]
 
 
 def _weights_only(path):

@@ -59,7 +59,11 @@ def test_committed_gencode_loads_on_protobuf_4_to_7():
 
 def test_schema_is_bvlcs():
     names = [m.name for m in caffe_pb2.DESCRIPTOR.message_types_by_name.values()]
-    assert len(names) == 63 + 12 + 4  # BVLC's, the forks' parameters, WeightsOnly*
+    # BVLC's 63; the forks' parameters: SSD/SegNet/PSPNet/ShuffleNet/Faster
+    # R-CNN 12, C3D 3 (Convolution3DParameter, Pooling3DParameter,
+    # C3DBlobProto), YOLO ports 4, recurrent forks 1, FlowNet 2.0 7, SegNet's
+    # DenseImageData 1; WeightsOnly* 4.
+    assert len(names) == 63 + 12 + 3 + 4 + 1 + 7 + 1 + 4
     for name in ("BlobProto", "Datum", "NetParameter", "SolverParameter", "SolverState",
                  "LayerParameter", "V1LayerParameter", "V0LayerParameter", "ConvolutionParameter"):
         assert name in names

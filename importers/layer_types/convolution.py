@@ -1,7 +1,10 @@
 """Convolution and Deconvolution (BVLC: conv_layer.cpp, deconv_layer.cpp,
-base_conv_layer.cpp)."""
+base_conv_layer.cpp), over 2 spatial axes (N, C, H, W) or 3 (N, C, D, H, W):
+BVLC's N-D convolution, ``kernel_size`` / ``pad`` / ``stride`` /
+``dilation`` given once or once per spatial axis."""
 
 from keras_caffe import layers
+from keras_caffe.layers.conv_nd import ConvolutionND, DeconvolutionND
 from keras_caffe.layers.deconv import Deconvolution as KerasDeconvolution
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types._params import fillers, spatial
@@ -54,18 +57,29 @@ def geometry(layer, bottoms, depthwise=False):
     return p, shape, axis, kernel, stride, pad, dilation, channels, group
 
 
-def _planar(layer, shape, axis):
-    """The Keras layers run 2-D convolutions over axis 1 of a 4-D blob."""
-    if axis != 1 or len(shape) != 4:
+#: The Keras layers of Convolution and Deconvolution by number of spatial
+#: axes: the 2-D ones (depthwise and same-padding fast paths) and the N-D ones.
+_CONVOLUTION = {2: layers.Convolution, 3: ConvolutionND}
+_DECONVOLUTION = {2: KerasDeconvolution, 3: DeconvolutionND}
+
+
+def _keras_class(layer, shape, axis, classes):
+    """The Keras layer class for the blob: 2-D (N, C, H, W) or 3-D
+    (N, C, D, H, W) convolutions over axis 1."""
+    n = len(shape) - axis - 1
+    if axis != 1 or n not in classes:
         raise LayerError(layer.name, f"({layer.type}) over axis {axis} is not supported for a "
                                      f"{len(shape)}-D blob {fmt(shape)}: only 2-D "
-                                     "(N, C, H, W) over axis 1")
+                                     "(N, C, H, W) or 3-D (N, C, D, H, W) over axis 1")
+    return classes[n]
 
 
 @layer_type("Convolution")
 class Convolution(LayerType):
     """Convolution with group, dilation, pad/kernel/stride (or _h/_w),
-    bias_term; several bottoms (one top each) share the weights."""
+    bias_term; several bottoms (one top each) share the weights. 3 spatial
+    axes: kernel_size/pad/stride/dilation once or once per axis (D, H, W),
+    weights (num_output, C / group, kD, kH, kW)."""
 
     #: Whether the group is always the input channels (depthwise forks).
     depthwise = False
@@ -77,6 +91,11 @@ class Convolution(LayerType):
                 "dilation: 2 bias_term: false }", [(2, 3, 8, 7)]),
         Example("convolution_param { num_output: 2 kernel_size: 1 }", [(1, 2, 3, 3)] * 2,
                 tops=2),
+        Example("convolution_param { num_output: 4 kernel_size: 3 kernel_size: 2 "
+                "kernel_size: 3 pad: 1 pad: 0 pad: 1 stride: 2 stride: 1 stride: 2 group: 2 }",
+                [(2, 2, 5, 4, 6)]),
+        Example("convolution_param { num_output: 3 kernel_size: 2 dilation: 2 "
+                "bias_term: false }", [(1, 2, 5, 5, 4)]),
     )
 
     def shapes(self, layer, bottoms, state):
@@ -100,8 +119,8 @@ class Convolution(LayerType):
     def build(self, layer, bottoms, ctx):
         p, shape, axis, kernel, stride, pad, dilation, channels, group = geometry(
             layer, ctx.bottom_shapes, self.depthwise)
-        _planar(layer, shape, axis)
-        conv = layers.Convolution(
+        keras_class = _keras_class(layer, shape, axis, _CONVOLUTION)
+        conv = keras_class(
             p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=group,
             bias_term=p.bias_term, data_format=ctx.data_format, name=ctx.keras_name(layer.name),
             caffe_name=layer.name,
@@ -114,13 +133,16 @@ class Convolution(LayerType):
 @layer_type("Deconvolution")
 class Deconvolution(LayerType):
     """Deconvolution with group, dilation, pad/kernel/stride (or _h/_w),
-    bias_term; several bottoms (all of one shape) share the weights."""
+    bias_term; several bottoms (all of one shape) share the weights. 3
+    spatial axes as Convolution, weights (C, num_output / group, kD, kH, kW)."""
 
     examples = (
         Example("convolution_param { num_output: 4 kernel_size: 4 stride: 2 pad: 1 }",
                 [(2, 3, 5, 5)]),
         Example("convolution_param { num_output: 4 kernel_size: 3 group: 2 dilation: 2 "
                 "bias_term: false }", [(1, 2, 4, 3)]),
+        Example("convolution_param { num_output: 2 kernel_size: 2 kernel_size: 3 "
+                "kernel_size: 2 stride: 2 pad: 0 pad: 1 pad: 0 }", [(2, 3, 3, 4, 2)]),
     )
 
     def shapes(self, layer, bottoms, state):
@@ -141,8 +163,8 @@ class Deconvolution(LayerType):
     def build(self, layer, bottoms, ctx):
         p, shape, axis, kernel, stride, pad, dilation, channels, group = geometry(
             layer, ctx.bottom_shapes)
-        _planar(layer, shape, axis)
-        deconv = KerasDeconvolution(
+        keras_class = _keras_class(layer, shape, axis, _DECONVOLUTION)
+        deconv = keras_class(
             p.num_output, kernel, stride=stride, pad=pad, dilation=dilation, group=group,
             bias_term=p.bias_term, data_format=ctx.data_format, name=ctx.keras_name(layer.name),
             caffe_name=layer.name,

@@ -7,6 +7,8 @@ loads with ``keras.models.load_model`` after ``import keras_caffe``.
 from keras_caffe.layers import (  # noqa: F401  (registers)
     axpy,
     batch_select,
+    c3d,
+    conv_nd,
     deconv,
     elementwise,
     flownet,
