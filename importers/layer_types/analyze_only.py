@@ -7,10 +7,13 @@ with the reason (``analyze_only``); ``import`` lists them as unknown types.
 - HDF5Output (hdf5_output_layer.cpp): writes its bottoms to an HDF5 file on
   every forward pass; a Keras model does not write files from inside its
   graph (save the outputs you need from ``model.predict`` instead).
+- Parameter (parameter_layer.hpp): its top is its learnable blob, of
+  ``parameter_param.shape`` exactly, with no batch axis; every tensor of a
+  Keras model has one.
 """
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.layer_types.base import LayerType, Shapes, layer_type
+from keras_caffe.importers.layer_types.base import LayerType, Shapes, layer_type, need_bottoms
 
 
 @layer_type("InfogainLoss")
@@ -39,3 +42,19 @@ class HDF5Output(LayerType):
 
     def shapes(self, layer, bottoms, state):
         return Shapes([])
+
+
+@layer_type("Parameter")
+class Parameter(LayerType):
+    """A learnable blob as a top: sized (top and weight of its shape), not built."""
+
+    analyze_only = ("its top is a learnable blob without a batch axis, and every tensor of a "
+                    "Keras model has one; make the blob a weight of the layer that reads it")
+    build = None
+
+    def shapes(self, layer, bottoms, state):
+        need_bottoms(layer, bottoms, 0)
+        shape = tuple(int(d) for d in layer.parameter_param.shape.dim)
+        if any(d <= 0 for d in shape):
+            raise LayerError(layer.name, f"(Parameter) shape dims must be positive, got {shape}")
+        return Shapes([shape], [shape])

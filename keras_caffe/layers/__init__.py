@@ -14,6 +14,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     flownet,
     fork,
     gradient,
+    lstm_unit,
     opencv,
     recurrent,
     reductions,
