@@ -62,7 +62,9 @@ class Dropout(Neuron):
     """Dropout (dropout_ratio), kept units scaled by 1/(1-p) while training.
 
     Caffe scales as Keras does. In a TEST-phase net it is the identity even
-    under ``training=True`` (Caffe's TEST phase never drops)."""
+    under ``training=True`` (Caffe's TEST phase never drops). With
+    caffe-fast-rcnn's ``scale_train: false`` (dropout_layer.cpp there) the
+    kept units are not scaled while training and the TEST phase scales by 1-p."""
 
     examples = (Example("dropout_param { dropout_ratio: 0.3 }", [(2, 3, 4, 4)]),
                 Example("dropout_param { dropout_ratio: 0.5 }", [(4, 6)], phase="TRAIN"))
@@ -74,9 +76,15 @@ class Dropout(Neuron):
                                          f"{ratio:g}")
 
     def keras_layer(self, layer, ctx, name):
+        p = layer.dropout_param
         if ctx.phase == "TEST":
+            if not p.scale_train:
+                return keras.layers.Rescaling(1.0 - p.dropout_ratio, name=name)
             return keras.layers.Identity(name=name)
-        return keras.layers.Dropout(layer.dropout_param.dropout_ratio, name=name)
+        if not p.scale_train:
+            return keras.Sequential([keras.layers.Dropout(p.dropout_ratio),
+                                     keras.layers.Rescaling(1.0 - p.dropout_ratio)], name=name)
+        return keras.layers.Dropout(p.dropout_ratio, name=name)
 
 
 @layer_type("ELU")

@@ -16,6 +16,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     shape,
     ssd,
     swish,
+    two_stage,
 )
 from keras_caffe.layers.base import CaffeBlobs
 from keras_caffe.layers.conv import Convolution
