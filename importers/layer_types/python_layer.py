@@ -46,6 +46,14 @@ def refusal(source, names):
         "Register a converter for the layer's behaviour, or replace it in the prototxt")
 
 
+def fields_known(known):
+    """``known`` (a layer type -> whether keras-caffe reads every field of it)
+    for ``netfile.load_net``, less ``Python``: a fork's field on a Python
+    layer is not refused while loading; an unrecognised Python layer is
+    refused as unsafe after, a recognised one reads only python_param."""
+    return lambda layer_type: layer_type != "Python" and known(layer_type)
+
+
 def _unit(layer):
     found = recognised(layer)
     if found is None:
