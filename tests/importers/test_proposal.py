@@ -331,3 +331,24 @@ def test_faster_rcnn_zf_test_net(data_format):
     report = analyze(text, input_shapes=shapes)
     assert dict(report.layers[[r.name for r in report.layers].index("proposal")].tops) == {
         "rois": (300, 5)}
+
+
+# -- caffe-fast-rcnn's Dropout scale_train (the ZF net's fc6 and fc7) -----------------------
+
+
+@pytest.mark.converter("Dropout")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+def test_dropout_scale_train_false(data_format):
+    """caffe-fast-rcnn's dropout_layer.cpp Forward_cpu with scale_train false:
+    TRAIN keeps units unscaled (x * mask), TEST scales by 1 - dropout_ratio."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32) + 3.0
+    text = ('layer { name: "drop" type: "Dropout" bottom: "x" top: "y" '
+            "dropout_param { dropout_ratio: 0.25 scale_train: false } }\n")
+    test = run_layers(text, {"x": x}, data_format=data_format)["y"]
+    np.testing.assert_allclose(test, x * 0.75, rtol=1e-6)
+    train = run_layers(text, {"x": x}, data_format=data_format, phase="TRAIN",
+                       training=True)["y"]
+    kept = train != 0
+    assert 0 < kept.mean() < 1
+    np.testing.assert_allclose(train[kept], x[kept], rtol=1e-6)  # x / (1-p) * (1-p)

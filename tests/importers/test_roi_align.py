@@ -72,8 +72,8 @@ def roi_align_reference(x, rois, pooled_h, pooled_w, scale, sampling_ratio=0, al
                                 total += bilinear(plane, xx, y)
                         out[n, q, ph, pw] = total / (gh * gw)
                     else:
-                        gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(roi_h / pooled_h))
-                        gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(roi_w / pooled_w))
+                        gh, gw = (sampling_ratio, sampling_ratio) if sampling_ratio > 0 else (
+                            int(math.ceil(roi_h / pooled_h)), int(math.ceil(roi_w / pooled_w)))
                         count = max(gh * gw, 1)
                         total = 0.0
                         for by in range(gh):
