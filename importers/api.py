@@ -73,9 +73,11 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
         raise CaffeImportError(
             f"data_format must be 'channels_last' or 'channels_first', got {data_format!r}"
         )
+    from keras_caffe.importers.layer_types.python_layer import fields_known
     from keras_caffe.importers.registry import is_builtin
 
-    param, source, fork_fields = load_net(net, net_state(phase, level, stages), known=is_builtin)
+    param, source, fork_fields = load_net(net, net_state(phase, level, stages),
+                                          known=fields_known(is_builtin))
     blobs_in = load_weights(weights) if weights is not None else None
     if fold_batchnorm:
         if str(phase).upper() != "TEST":

@@ -22,9 +22,8 @@ from keras_caffe.errors import (
     GraphError,
     LayerError,
     UnknownLayerError,
-    UnsafeLayerError,
 )
-from keras_caffe.importers.layer_types import base as layer_types
+from keras_caffe.importers.layer_types import base as layer_types, python_layer
 from keras_caffe.importers.layer_types.base import ShapeState, fmt
 from keras_caffe.importers.registry import registered_types
 from keras_caffe.importers.sharing import ParamSharing
@@ -340,13 +339,11 @@ def _batchnorm_scale_pairs(net, outputs):
 
 def _check_types(net, source):
     types = {layer.type for layer in net.layer}
-    if "Python" in types:
-        names = [layer.name for layer in net.layer if layer.type == "Python"]
-        raise UnsafeLayerError(
-            f"{source}: Python layer(s) {', '.join(repr(n) for n in names)} would run user code "
-            "named in the model file; keras-caffe never executes code from a model file. "
-            "Register a converter for the layer's behaviour, or replace it in the prototxt"
-        )
+    # Python layers run code the model file names: refused, but for the few
+    # keras-caffe recognises and computes itself (python_layer.PYTHON_LAYERS).
+    unsafe = python_layer.unsafe_layers(net)
+    if unsafe:
+        raise python_layer.refusal(source, unsafe)
     known = registered_types()
     missing = types - set(known)
     if missing:

@@ -62,8 +62,9 @@ def test_schema_is_bvlcs():
     # BVLC's 63; the forks' parameters: SSD/SegNet/PSPNet/ShuffleNet/Faster
     # R-CNN 12, C3D 3 (Convolution3DParameter, Pooling3DParameter,
     # C3DBlobProto), YOLO ports 4, recurrent forks 1, FlowNet 2.0 7, SegNet's
-    # DenseImageData 1; WeightsOnly* 4.
-    assert len(names) == 63 + 12 + 3 + 4 + 1 + 7 + 1 + 4
+    # DenseImageData 1, two-stage detectors 3 (Proposal, PSROIPooling,
+    # ROIAlign); WeightsOnly* 4.
+    assert len(names) == 63 + 12 + 3 + 4 + 1 + 7 + 1 + 3 + 4
     for name in ("BlobProto", "Datum", "NetParameter", "SolverParameter", "SolverState",
                  "LayerParameter", "V1LayerParameter", "V0LayerParameter", "ConvolutionParameter"):
         assert name in names

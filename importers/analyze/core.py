@@ -3,7 +3,7 @@
 from keras_caffe.errors import ArgumentError, GraphError, LayerError, UnknownLayerError
 from keras_caffe.importers.analyze.communication import parse_bandwidth
 from keras_caffe.importers.analyze.report import LayerStats, Report
-from keras_caffe.importers.layer_types import base
+from keras_caffe.importers.layer_types import base, python_layer
 from keras_caffe.importers.layer_types.base import ShapeState, count as _count, fmt as _fmt
 from keras_caffe.importers.analyze.units import DEFAULT_BANDWIDTH
 from keras_caffe.importers.netfile import load_net, net_state
@@ -39,7 +39,7 @@ def analyze(net, batch=1, workers=1, bandwidth=DEFAULT_BANDWIDTH, phase="TEST", 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ArgumentError("analyze", "workers", f"must be a positive integer, got {workers!r}")
     bandwidth = parse_bandwidth(bandwidth)
-    param, source, _ = load_net(net, net_state(phase, level, stages), known=_sized)
+    param, source, _ = load_net(net, net_state(phase, level, stages), known=python_layer.fields_known(_sized))
     _check_types(param, source)
     state = ShapeState(batch, dict(input_shapes or {}), source)
     shapes, owners, rows = {}, {}, []
@@ -112,7 +112,11 @@ class UnknownLayerTypeError(UnknownLayerError):
 
 
 def _check_types(net, source):
-    unknown = {layer.name: layer.type for layer in net.layer if not _sized(layer.type)}
+    # A Python layer keras-caffe does not recognise (python_layer.PYTHON_LAYERS)
+    # has no shape rule: it would run code the model file names.
+    unrecognised = set(python_layer.unsafe_layers(net))
+    unknown = {layer.name: layer.type for layer in net.layer
+               if not _sized(layer.type) or layer.name in unrecognised}
     if unknown:
         raise UnknownLayerTypeError(source, unknown,
                                     sorted(t for t in base.units() if _sized(t)))

@@ -23,6 +23,7 @@ from keras_caffe.layers import (  # noqa: F401  (registers)
     shape,
     ssd,
     swish,
+    two_stage,
     yolo,
 )
 from keras_caffe.layers.base import CaffeBlobs
