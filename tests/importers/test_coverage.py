@@ -31,7 +31,6 @@ BVLC_NOT_BUILT = {
     "InfogainLoss": "its infogain matrix file or third bottom: analyze only",
     "WindowData": "R-CNN's window file pipeline: analyze only",
     "Parameter": "its top has no batch axis: analyze only",
-    "LSTMUnit": "one step of BVLC's unrolled LSTM; the LSTM type imports whole",
     "Python": "user code: only the well-known Python layers keras-caffe implements",
 }
 
@@ -87,7 +86,7 @@ def test_the_bvlc_types_not_built_are_sized_or_refused_with_a_reason():
     units = base.units()
     for t in BVLC_NOT_BUILT:
         assert t not in registered_types() or t == "Python", t
-    for t in ("HDF5Output", "InfogainLoss", "WindowData", "Parameter", "LSTMUnit"):
+    for t in ("HDF5Output", "InfogainLoss", "WindowData", "Parameter"):
         assert t in units and units[t].analyze_only, t
 
 

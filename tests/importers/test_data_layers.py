@@ -188,7 +188,7 @@ def test_data_layer_types_come_from_the_registry():
     from keras_caffe.importers.pipelines import DATA_LAYER_TYPES
 
     assert set(DATA_LAYER_TYPES) == {"Data", "ImageData", "HDF5Data", "DummyData", "MemoryData",
-                                     "Input"}
+                                     "Input", "DenseImageData"}
     assert set(producing_types()) == set(DATA_LAYER_TYPES) - {"Input"}
     assert set(source_types()) == {"Data", "ImageData", "HDF5Data", "WindowData",
-                                   "AnnotatedData", "VideoData"}
+                                   "AnnotatedData", "VideoData", "DenseImageData"}

@@ -76,7 +76,8 @@ def compare(text, inputs, outputs, tmp_path, rtol=2e-4, adjust=None, exact=None)
     for data_format in DATA_FORMATS:
         model = keras_caffe.import_model(text, weights=weights, data_format=data_format,
                                          outputs=outputs)
-        got = model.predict([_layout(x, data_format) for x in inputs.values()], verbose=0)
+        feed = [_layout(x, data_format) for x in inputs.values()]
+        got = model.predict(feed[0] if len(feed) == 1 else feed, verbose=0)
         got = [got[name] for name in outputs] if isinstance(got, dict) else [got]
         for name, value in zip(outputs, got):
             expected, value = want[name], _layout(value, data_format, back=True)
