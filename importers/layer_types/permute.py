@@ -1,8 +1,10 @@
 """Permute (SSD's fork: weiliu89/caffe, src/caffe/layers/permute_layer.cpp).
 
 ``permute_param { order }`` lists the bottom's axes in the top's order; axes
-it leaves out follow in increasing order (``PermuteLayer::LayerSetUp``). The
-batch axis stays first here. On a channels-last image, SSD's usual
+it leaves out follow in increasing order (``PermuteLayer::LayerSetUp``). An
+order that moves the batch axis (CRNN's ``3 0 1 2``: the width becomes the
+T of a T x N x ... sequence) transposes every axis; the top's first axis is
+then that one, as in Caffe. On a channels-last image, SSD's usual
 ``order: 0 2 3 1`` (N, C, H, W) -> (N, H, W, C) is the tensor as it is: no
 transpose runs.
 """
@@ -19,12 +21,12 @@ from keras_caffe.importers.layer_types.base import (
     layer_type,
     need_bottoms,
 )
+from keras_caffe.layers.shape import Transpose
 
 
 def permute_order(layer, rank):
     """The full axis order of ``layer`` on a ``rank``-D bottom, as the fork
-    computes it; refuses an axis out of range, a repeated one, and moving
-    the batch axis."""
+    computes it; refuses an axis out of range and a repeated one."""
     order = []
     for axis in layer.permute_param.order:
         if axis >= rank:
@@ -35,22 +37,20 @@ def permute_order(layer, rank):
             raise LayerError(layer.name, f"(Permute) order repeats axis {axis}")
         order.append(int(axis))
     order += [axis for axis in range(rank) if axis not in order]
-    if order[0] != 0:
-        raise LayerError(layer.name, f"(Permute) order {order} moves the batch axis; keras-caffe "
-                                     "keeps the batch axis first")
     return order
 
 
 @layer_type("Permute")
 class Permute(LayerType):
     """Permute: the top's Caffe axes are the bottom's in ``order`` (the batch
-    axis stays first); SSD's channels-last ``0 2 3 1`` needs no transpose."""
+    axis too); SSD's channels-last ``0 2 3 1`` needs no transpose."""
 
     origin = SSD
     examples = (
         Example("permute_param { order: 0 order: 2 order: 3 order: 1 }", [(2, 3, 4, 5)]),
         Example("permute_param { order: 0 order: 3 }", [(2, 3, 4, 5)]),
         Example("permute_param { order: 0 order: 2 order: 1 }", [(2, 4, 3)]),
+        Example("permute_param { order: 3 order: 0 order: 1 order: 2 }", [(2, 3, 4, 5)]),
     )
 
     def shapes(self, layer, bottoms, state):
@@ -71,6 +71,8 @@ class Permute(LayerType):
         perm = [where[axis] for axis in order]
         if perm == list(range(rank)):
             return [Blob(bottom.tensor)]
+        if perm[0] != 0:  # the batch axis moves: a plain Caffe-ordered blob
+            return [Blob(Transpose(perm, name=ctx.keras_name(layer.name))(bottom.tensor))]
         moved = keras.layers.Permute(tuple(perm[1:]), name=ctx.keras_name(layer.name))(
             bottom.tensor)
         return [Blob(moved)]

@@ -176,3 +176,26 @@ class Tile(keras.layers.Layer):
         config = super().get_config()
         config.update(axis=self.axis, tiles=self.tiles)
         return config
+
+
+@register
+class Transpose(keras.layers.Layer):
+    """Every axis of the tensor in ``perm``, the batch axis included: Caffe's
+    Permute moving axis 0 (CRNN's ``order: 3 0 1 2`` makes an image's width
+    the time axis of a T x N x ... sequence). The output's first axis is then
+    the moved one, not the batch."""
+
+    def __init__(self, perm, **kwargs):
+        super().__init__(**kwargs)
+        self.perm = tuple(int(p) for p in perm)
+
+    def call(self, x):
+        return ops.transpose(x, self.perm)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[p] for p in self.perm)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(perm=self.perm)
+        return config

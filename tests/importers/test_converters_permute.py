@@ -69,11 +69,22 @@ def test_permute_of_a_flattened_blob():
 @pytest.mark.parametrize("order, message", [
     ((0, 4), r"layer 'perm': \(Permute\) order 4 is out of range for a 4-D input"),
     ((0, 2, 2), r"layer 'perm': \(Permute\) order repeats axis 2"),
-    ((1, 0), r"layer 'perm': \(Permute\) order \[1, 0, 2, 3\] moves the batch axis"),
 ])
 def test_permute_refuses_what_the_fork_refuses(order, message):
     with pytest.raises(LayerError, match=message):
         run_layers(permute(order), {"x": np.zeros((1, 2, 3, 4), "float32")})
+
+
+@pytest.mark.converter("Permute")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+@pytest.mark.parametrize("order", [(3, 0, 1, 2), (1, 0), (2, 3, 0, 1)])
+def test_permute_moving_the_batch_axis_transposes_every_axis(order, data_format):
+    """CRNN's ``order: 3 0 1 2``: (N, C, H, W) -> (W, N, C, H), a T x N x ...
+    sequence for an LSTM (the fork's Forward_cpu permutes every axis)."""
+    x = RNG.randn(2, 3, 4, 5).astype("float32")
+    full = list(order) + [a for a in range(4) if a not in order]
+    out = run_layers(permute(order), {"x": x}, data_format=data_format)["p"]
+    np.testing.assert_array_equal(out, np.transpose(x, full))
 
 
 def test_analyze_gives_the_converters_shape():

@@ -502,3 +502,47 @@ def test_saved_config_rebuilds_the_model():
     feed = list(inputs.values())
     np.testing.assert_allclose(keras.ops.convert_to_numpy(clone(feed)),
                                keras.ops.convert_to_numpy(model(feed)), rtol=1e-6)
+
+
+@pytest.mark.converter("LSTM")
+@pytest.mark.converter("Permute")
+@pytest.mark.converter("ContinuationIndicator")
+@pytest.mark.filterwarnings("ignore:.*no weights for layer")
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+def test_a_whole_crnn_from_the_image(data_format):
+    """CRNN's layout end to end: the image's convolution map (N, C, H, W),
+    Permute { order: 3 0 1 2 } to (W, N, C, H) (the width becomes T),
+    Reshape to T x N x D, ContinuationIndicator on the image (N from its
+    first axis), LSTM: the LSTM equals BVLC's unrolled net on that sequence."""
+    text = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 4 dim: 6 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 5 kernel_size: 3 pad: 1 weight_filler { type: "xavier" } } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "permuted" type: "Permute" bottom: "conv1" top: "permuted"
+  permute_param { order: 3 order: 0 order: 1 order: 2 } }
+layer { name: "seq" type: "Reshape" bottom: "permuted" top: "seq"
+  reshape_param { shape { dim: 0 dim: 0 dim: -1 } } }
+layer { name: "indicator" type: "ContinuationIndicator" bottom: "data" top: "indicator"
+  continuation_indicator_param { time_step: 6 } }
+layer { name: "lstm1" type: "LSTM" bottom: "seq" bottom: "indicator" top: "lstm1"
+  recurrent_param { num_output: 7 } }
+"""
+    rows = {r.name: r for r in analyze(text, batch=None).layers}
+    assert rows["permuted"].tops == (("permuted", (6, 2, 5, 4)),)
+    assert rows["lstm1"].tops == (("lstm1", (6, 2, 7)),)
+    model = import_model(text, data_format=data_format, outputs=["conv1", "seq", "lstm1"])
+    rng = np.random.default_rng(11)
+    blobs = lstm_blobs(rng, 7, 20)
+    load_into(model, {"lstm1": blobs})
+    image = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    out = {k: keras.ops.convert_to_numpy(v)
+           for k, v in model(to_keras_layout(image, data_format)).items()}
+    conv = np.moveaxis(out["conv1"], -1, 1) if data_format == "channels_last" else out["conv1"]
+    seq = np.moveaxis(out["seq"], -1, 1) if data_format == "channels_last" else out["seq"]
+    np.testing.assert_array_equal(seq, np.transpose(conv, (3, 0, 1, 2)).reshape(6, 2, 20))
+    lstm = np.moveaxis(out["lstm1"], -1, 1) if data_format == "channels_last" else out["lstm1"]
+    cont = np.ones((6, 2), np.float32)
+    cont[0] = 0
+    want, _, _ = lstm_reference(seq, cont, blobs)
+    np.testing.assert_allclose(lstm, want, rtol=1e-5, atol=1e-5)
