@@ -196,10 +196,30 @@ def _concat(layer, bottoms, blobs):
 
 @forward("InnerProduct")
 def _inner_product(layer, bottoms, blobs):
-    """inner_product_layer.cpp, axis 1, weights (out, in)."""
-    x = bottoms[0].reshape(bottoms[0].shape[0], -1)
+    """inner_product_layer.cpp: axes from ``axis`` flattened, weights (out, in)."""
+    p = layer.inner_product_param
+    axis = p.axis % bottoms[0].ndim
+    lead = bottoms[0].shape[:axis]
+    x = bottoms[0].reshape(int(np.prod(lead)), -1)
     y = x @ blobs[0].reshape(blobs[0].shape[0], -1).T
-    return [y + blobs[1] if layer.inner_product_param.bias_term else y]
+    y = y + blobs[1] if p.bias_term else y
+    return [y.reshape(lead + (-1,))]
+
+
+@forward("Embed")
+def _embed(layer, bottoms, blobs):
+    """embed_layer.cpp: the weight rows of the indices, plus the bias."""
+    y = blobs[0][bottoms[0].astype(int)]
+    return [y + blobs[1] if layer.embed_param.bias_term else y]
+
+
+@forward("LSTM")
+def _lstm(layer, bottoms, blobs):
+    """lstm_layer.cpp's unrolled net: ``test_recurrent.lstm_reference``."""
+    from test_recurrent import lstm_reference
+
+    static = bottoms[2] if len(bottoms) > 2 else None
+    return [lstm_reference(bottoms[0], bottoms[1], blobs, static)[0]]
 
 
 @forward("ShuffleChannel")

@@ -10,6 +10,10 @@ run of the same net with the same blobs).
 - SE-ResNet-50 (hujie-frank/SENet): Axpy, global pooling, Sigmoid.
 - ShuffleNet 1x g3 (farmingyard/ShuffleNet): ShuffleChannel,
   ConvolutionDepthwise, AVE pooling with Caffe's ceil rounding.
+- LRCN's captioning step (BVLC's examples/coco_caption, the recurrent
+  nets' own example): Embed, two LSTMs (the second with the image feature
+  as static input), InnerProduct on axis 2, Softmax on axis 2; its 1000
+  streams cut to 6 (the ``input_shape`` lines), nothing else changed.
 - MobileNet-SSD (chuanqi305/MobileNet-SSD, for weiliu89's SSD fork):
   Permute, Flatten, PriorBox, Reshape, Softmax on axis 2, DetectionOutput
   (its class-confidence convolutions' blobs scaled up so that some scores
@@ -22,6 +26,7 @@ and the comparison means something 50 layers deep.
 
 import pathlib
 
+import keras
 import numpy as np
 import pytest
 
@@ -58,9 +63,10 @@ def _blobs_of(caffe_type, shapes, rng):
         return [rng.normal(0, 0.1, mean), rng.uniform(0.5, 1.5, var), np.ones(factor)]
     if caffe_type in ("Scale", "BN"):
         return [rng.uniform(0.5, 1.5, shapes[0])] + [rng.normal(0, 0.1, s) for s in shapes[1:]]
-    weight, *rest = shapes
-    fan_in = int(np.prod(weight[1:]))
-    return [rng.normal(0, np.sqrt(1.0 / fan_in), weight)] + [rng.normal(0, 0.1, s) for s in rest]
+    # matrices and kernels scaled by their fan-in (an LSTM's several too),
+    # biases small
+    return [rng.normal(0, np.sqrt(1.0 / np.prod(s[1:])), s) if len(s) >= 2
+            else rng.normal(0, 0.1, s) for s in shapes]
 
 
 def compare(text, inputs, outputs, tmp_path, rtol=2e-4, adjust=None, exact=None):
@@ -77,8 +83,10 @@ def compare(text, inputs, outputs, tmp_path, rtol=2e-4, adjust=None, exact=None)
         model = keras_caffe.import_model(text, weights=weights, data_format=data_format,
                                          outputs=outputs)
         feed = [_layout(x, data_format) for x in inputs.values()]
-        got = model.predict(feed[0] if len(feed) == 1 else feed, verbose=0)
+        # A call, not predict: LRCN's inputs differ in their first axis (T, N).
+        got = model(feed[0] if len(feed) == 1 else feed)
         got = [got[name] for name in outputs] if isinstance(got, dict) else [got]
+        got = [keras.ops.convert_to_numpy(g) for g in got]
         for name, value in zip(outputs, got):
             expected, value = want[name], _layout(value, data_format, back=True)
             if name in exact:
@@ -150,3 +158,17 @@ def test_mobilenet_ssd_matches_numpy(tmp_path):
                    tmp_path, rtol=1e-3, adjust=sharpen, exact={"detection_out": as_keras})
     kept = want["detection_out"][0, 0]
     assert 5 <= len(kept) <= 100 and (kept[:, 2] >= 0.25).all()
+
+
+@pytest.mark.converter("LSTM")
+@pytest.mark.converter("Embed")
+def test_lrcn_captioning_step_matches_numpy(tmp_path):
+    text = (DATA / "lrcn_word_to_preds_deploy.prototxt").read_text()
+    text = text.replace("input_shape { dim: 1 dim: 1000 }", "input_shape { dim: 1 dim: 6 }")
+    text = text.replace("input_shape { dim: 1000 dim: 1000 }", "input_shape { dim: 6 dim: 1000 }")
+    rng = np.random.RandomState(5)
+    inputs = {"cont_sentence": np.array([[0, 1, 1, 0, 1, 1]], np.float32),
+              "input_sentence": rng.randint(0, 8801, (1, 6)).astype(np.float32),
+              "image_features": rng.uniform(-1, 1, (6, 1000)).astype(np.float32)}
+    want = compare(text, inputs, ["lstm2", "predict"], tmp_path, rtol=1e-3)
+    assert want["probs"].shape == (1, 6, 8801)
