@@ -52,7 +52,7 @@ analysed as cheaply as a small one. The first axis of every input is the
 batch: ``batch`` replaces the net's own (``batch=None`` keeps it). Data layers
 that read a database (Data, ImageData, HDF5Data) take their shapes from the
 source's first record, as Caffe does, when the source is found; otherwise (and
-for WindowData, AnnotatedData, VideoData, which keras-caffe does not read)
+for WindowData and AnnotatedData, which keras-caffe does not read)
 give them with ``input_shapes``, or analyse the deploy net.
 
 Bandwidth: ``analyze`` takes bytes per second, as a number, or a string with

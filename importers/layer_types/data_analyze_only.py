@@ -1,12 +1,12 @@
 """Data layers ``analyze`` sizes but the importer does not convert: WindowData
-(BVLC: window_data_layer.cpp), AnnotatedData (SSD: annotated_data_layer.cpp)
-and VideoData (video forks: C3D's and TSN's video_data_layer.cpp).
+(BVLC: window_data_layer.cpp) and AnnotatedData (SSD: annotated_data_layer.cpp).
+(C3D's VideoData has its own unit: data_video.py.)
 
 keras-caffe has no reader for their sources (and no pipeline): the shapes of
 their tops come from ``input_shapes`` alone."""
 
 from keras_caffe.importers.layer_types._data import DataLayer
-from keras_caffe.importers.layer_types.base import SSD, VIDEO, layer_type
+from keras_caffe.importers.layer_types.base import SSD, layer_type
 
 
 class AnalyzeOnlyData(DataLayer):
@@ -34,9 +34,3 @@ class AnnotatedData(AnalyzeOnlyData):
 
     origin = SSD
 
-
-@layer_type("VideoData")
-class VideoData(AnalyzeOnlyData):
-    """VideoData (clips of video frames); analyze only, shapes from input_shapes."""
-
-    origin = VIDEO
