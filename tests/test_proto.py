@@ -60,11 +60,11 @@ def test_committed_gencode_loads_on_protobuf_4_to_7():
 def test_schema_is_bvlcs():
     names = [m.name for m in caffe_pb2.DESCRIPTOR.message_types_by_name.values()]
     # BVLC's 63; the forks' parameters: SSD/SegNet/PSPNet/ShuffleNet/Faster
-    # R-CNN 12, C3D 3 (Convolution3DParameter, Pooling3DParameter,
-    # C3DBlobProto), YOLO ports 4, recurrent forks 1, FlowNet 2.0 7, SegNet's
+    # R-CNN 12, C3D 4 (Convolution3DParameter, Pooling3DParameter,
+    # C3DBlobProto, VideoDataParameter), YOLO ports 4, recurrent forks 1, FlowNet 2.0 7, SegNet's
     # DenseImageData 1, two-stage detectors 3 (Proposal, PSROIPooling,
     # ROIAlign); WeightsOnly* 4.
-    assert len(names) == 63 + 12 + 3 + 4 + 1 + 7 + 1 + 3 + 4
+    assert len(names) == 63 + 12 + 4 + 4 + 1 + 7 + 1 + 3 + 4
     for name in ("BlobProto", "Datum", "NetParameter", "SolverParameter", "SolverState",
                  "LayerParameter", "V1LayerParameter", "V0LayerParameter", "ConvolutionParameter"):
         assert name in names
@@ -94,6 +94,8 @@ NUMBERS = {
     ("LayerParameter", "detection_output_param"): 204, ("LayerParameter", "norm_param"): 206,
     ("LayerParameter", "shuffle_channel_param"): 164, ("LayerParameter", "bn_param"): 45,
     ("LayerParameter", "roi_pooling_param"): 8266711, ("LayerParameter", "upsample_param"): 149,
+    ("LayerParameter", "video_data_param"): 6660, ("VideoDataParameter", "new_length"): 13,
+    ("VideoDataParameter", "use_image"): 15, ("VideoDataParameter", "num_of_labels"): 21,
     ("DetectionOutputParameter", "keep_top_k"): 7, ("PriorBoxParameter", "offset"): 13,
     # the weights-only schema: what every fork agrees on
     ("WeightsOnlyNet", "layer"): 100, ("WeightsOnlyNet", "layers"): 2,

@@ -165,8 +165,7 @@ def test_input_without_a_shape_takes_it_from_input_shapes():
 
 @pytest.mark.converter("WindowData")
 @pytest.mark.converter("AnnotatedData")
-@pytest.mark.converter("VideoData")
-@pytest.mark.parametrize("layer_type", ["WindowData", "AnnotatedData", "VideoData"])
+@pytest.mark.parametrize("layer_type", ["WindowData", "AnnotatedData"])
 def test_analyze_only_data_layers_take_input_shapes(layer_type):
     from keras_caffe.errors import UnknownLayerError
     from keras_caffe.importers.analyze import analyze
@@ -188,7 +187,7 @@ def test_data_layer_types_come_from_the_registry():
     from keras_caffe.importers.pipelines import DATA_LAYER_TYPES
 
     assert set(DATA_LAYER_TYPES) == {"Data", "ImageData", "HDF5Data", "DummyData", "MemoryData",
-                                     "Input", "DenseImageData"}
+                                     "Input", "DenseImageData", "VideoData"}
     assert set(producing_types()) == set(DATA_LAYER_TYPES) - {"Input"}
     assert set(source_types()) == {"Data", "ImageData", "HDF5Data", "WindowData",
                                    "AnnotatedData", "VideoData", "DenseImageData"}
