@@ -9,7 +9,8 @@
     ds = pipe.dataset(start_batch=0)          # endless; each element {top: float32 batch}
     model.fit(ds.map(lambda b: (b["data"], b["label"])), steps_per_epoch=..., ...)
 
-Types: Data (LMDB or LevelDB), ImageData, HDF5Data, DummyData, MemoryData and Input.
+Types: Data (LMDB or LevelDB), ImageData, HDF5Data, DummyData, MemoryData, Input,
+SegNet's DenseImageData and C3D's VideoData (frame folders).
 The modules: the data units of ``layer_types`` (``data_*.py``: each type's
 ``pipeline``, against its Caffe source; ``pipeline_layers``: the helpers they
 share), ``pipeline_core`` (order, seeds, sharding, ``DataPipeline``),
