@@ -39,7 +39,8 @@ def analyze(net, batch=1, workers=1, bandwidth=DEFAULT_BANDWIDTH, phase="TEST", 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ArgumentError("analyze", "workers", f"must be a positive integer, got {workers!r}")
     bandwidth = parse_bandwidth(bandwidth)
-    param, source, _ = load_net(net, net_state(phase, level, stages), known=python_layer.fields_known(_sized))
+    param, source, _ = load_net(net, net_state(phase, level, stages),
+                                known=python_layer.fields_known(_sized))
     _check_types(param, source)
     state = ShapeState(batch, dict(input_shapes or {}), source)
     shapes, owners, rows = {}, {}, []
