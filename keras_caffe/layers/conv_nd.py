@@ -70,6 +70,23 @@ class _NDParameters(ConvolutionParameters):
     def _bias_blob_shape(self):
         return (self.num_output,)
 
+    def compute_output_shape(self, input_shape):
+        _, sizes = spatial_of(input_shape, self.data_format)
+        return with_spatial(input_shape, self.data_format, self.num_output,
+                            self.output_sizes(sizes))
+
+    # The blob (out, in/g, k...) for one, (in, out/g, k...) for the other:
+    # either way Keras holds it as (k..., axis 1, axis 0).
+    def keras_weights_from_caffe(self, blobs):
+        n = len(self.kernel_size)
+        kernel = blobs[0].transpose(*range(2, n + 2), 1, 0)
+        return [kernel] + [b.reshape(self.num_output) for b in blobs[1:]]
+
+    def caffe_from_keras_weights(self, weights):
+        n = len(self.kernel_size)
+        w = np.ascontiguousarray(weights[0].transpose(n + 1, n, *range(n)))
+        return [w] + [np.reshape(b, self._bias_blob_shape()) for b in weights[1:]]
+
 
 @register
 class ConvolutionND(_NDParameters):
@@ -127,24 +144,9 @@ class ConvolutionND(_NDParameters):
             y = y + self.blob(self.bias)
         return channels_back(y, self.data_format)
 
-    def compute_output_shape(self, input_shape):
-        _, sizes = spatial_of(input_shape, self.data_format)
-        return with_spatial(input_shape, self.data_format, self.num_output,
-                            self.output_sizes(sizes))
-
     def caffe_blob_shapes(self):
         weights = [(self.num_output, self.in_channels // self.group, *self.kernel_size)]
         return weights + ([self._bias_blob_shape()] if self.bias_term else [])
-
-    def keras_weights_from_caffe(self, blobs):
-        n = len(self.kernel_size)
-        kernel = blobs[0].transpose(*range(2, n + 2), 1, 0)
-        return [kernel] + [b.reshape(self.num_output) for b in blobs[1:]]
-
-    def caffe_from_keras_weights(self, weights):
-        n = len(self.kernel_size)
-        w = np.ascontiguousarray(weights[0].transpose(n + 1, n, *range(n)))
-        return [w] + [np.reshape(b, self._bias_blob_shape()) for b in weights[1:]]
 
 
 @register
@@ -205,21 +207,6 @@ class DeconvolutionND(_NDParameters):
             y = y + self.blob(self.bias)
         return channels_back(y, self.data_format)
 
-    def compute_output_shape(self, input_shape):
-        _, sizes = spatial_of(input_shape, self.data_format)
-        return with_spatial(input_shape, self.data_format, self.num_output,
-                            self.output_sizes(sizes))
-
     def caffe_blob_shapes(self):
         weights = [(self.in_channels, self.num_output // self.group, *self.kernel_size)]
         return weights + ([self._bias_blob_shape()] if self.bias_term else [])
-
-    def keras_weights_from_caffe(self, blobs):
-        n = len(self.kernel_size)
-        kernel = blobs[0].transpose(*range(2, n + 2), 1, 0)
-        return [kernel] + [b.reshape(self.num_output) for b in blobs[1:]]
-
-    def caffe_from_keras_weights(self, weights):
-        n = len(self.kernel_size)
-        w = np.ascontiguousarray(weights[0].transpose(n + 1, n, *range(n)))
-        return [w] + [np.reshape(b, self._bias_blob_shape()) for b in weights[1:]]
