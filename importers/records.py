@@ -373,6 +373,18 @@ def database_records(layer, path, in_memory_limit=IN_MEMORY_LIMIT):
     return DatumRecords(layer, path, open_store(layer, path), in_memory_limit)
 
 
+def list_lines(layer, path):
+    """``[(line number, line)]`` of a data layer's list file, blank lines
+    left out; a file that cannot be read is the layer's error."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        raise LayerError(layer.name, f"cannot read {layer.type} source {path!r}: "
+                                     f"{err.strerror or err}") from None
+    return [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+
+
 def read_image_list(layer, path):
     """ImageData's list file: lines ``path label``, the label after the last space.
 
@@ -380,14 +392,7 @@ def read_image_list(layer, path):
     contain spaces, as in Caffe (``line.find_last_of(' ')``).
     """
     names, labels = [], []
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
-    except OSError as err:
-        raise LayerError(layer.name, f"cannot read ImageData source {path!r}: {err}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for number, line in list_lines(layer, path):
         name, space, label = line.rpartition(" ")
         match = re.match(r"\s*([+-]?\d+)", label)
         if not space or not name or not match:

@@ -37,16 +37,8 @@ def read_pair_list(layer, path):
     ``image label_image`` pair per line (the fork reads them with ``>>``, so
     paths hold no spaces); blank lines are skipped."""
     names, labels, numbers = [], [], []
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().splitlines()
-    except OSError as err:
-        raise LayerError(layer.name, f"cannot read DenseImageData source {path!r}: "
-                                     f"{err.strerror or err}") from None
-    for number, line in enumerate(lines, 1):
+    for number, line in records.list_lines(layer, path):
         fields = line.split()
-        if not fields:
-            continue
         if len(fields) != 2:
             raise LayerError(layer.name, f"{path}:{number}: expected 'image_path "
                                          f"label_image_path', got {line!r}")

@@ -72,18 +72,10 @@ class Clips:
         p = layer.video_data_param
         self.path = path
         self.folders, self.second, labels, self.lines = [], [], [], []
-        try:
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                lines = f.read().splitlines()
-        except OSError as err:
-            raise LayerError(layer.name, f"cannot read VideoData source {path!r}: "
-                                         f"{err.strerror or err}") from None
         what = "'folder frame_count label" if p.use_temporal_jitter else "'folder start_frame label"
         what += "[,label...]'" if p.use_multiple_label else "'"
-        for number, line in enumerate(lines, 1):
+        for number, line in records.list_lines(layer, path):
             fields = line.split()
-            if not fields:
-                continue
             try:
                 if len(fields) != 3:
                     raise ValueError

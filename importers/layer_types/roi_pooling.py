@@ -8,10 +8,10 @@ from keras_caffe.importers.layer_types.base import (
     Example,
     LayerType,
     Shapes,
-    fmt,
     layer_type,
     need_bottoms,
 )
+from keras_caffe.importers.layer_types._rois import features_and_rois
 from keras_caffe.layers.roi_pooling import ROIPooling as KerasROIPooling
 
 
@@ -32,13 +32,7 @@ class ROIPooling(LayerType):
         if p.pooled_h <= 0 or p.pooled_w <= 0:
             raise LayerError(layer.name, f"(ROIPooling) pooled_h and pooled_w must be positive, "
                                          f"got {p.pooled_h} and {p.pooled_w}")
-        features, rois = tuple(bottoms[0]), tuple(bottoms[1])
-        if len(features) != 4:
-            raise LayerError(layer.name, f"(ROIPooling) bottom 0 must be (N, C, H, W), got "
-                                         f"{fmt(features)}")
-        if len(rois) < 2 or rois[1] != 5 or any(d != 1 for d in rois[2:]):
-            raise LayerError(layer.name, f"(ROIPooling) bottom 1 must be the rois (R, 5), got "
-                                         f"{fmt(rois)}")
+        features, rois = features_and_rois(layer, bottoms)
         return Shapes([(rois[0], features[1], p.pooled_h, p.pooled_w)])
 
     def build(self, layer, bottoms, ctx):

@@ -322,3 +322,14 @@ def test_an_nvidia_caffe_mean_file_of_raw_float16_subtracts_the_same_mean(tmp_pa
     _raises("layer 'data': cannot read mean_file .*mean.binaryproto: raw_data of 3 bytes is not "
             "a whole number of FLOAT16 values", layer_pipeline,
             data_layer(path, 2, f'mean_file: "{tmp_path / "mean.binaryproto"}"'))
+
+
+@pytest.mark.parametrize("layer_type", ["ImageData", "DenseImageData", "VideoData"])
+def test_a_list_file_that_cannot_be_read_names_the_layer_type_and_file(tmp_path, layer_type):
+    from keras_caffe.importers.records import list_lines
+
+    (tmp_path / "list.txt").write_text("a 1\n\n  \nb 2\n")
+    one = caffe_pb2.LayerParameter(name="data", type=layer_type)
+    assert list_lines(one, str(tmp_path / "list.txt")) == [(1, "a 1"), (4, "b 2")]
+    _raises(f"layer 'data': cannot read {layer_type} source '{re.escape(str(tmp_path))}': "
+            "Is a directory", list_lines, one, str(tmp_path))
