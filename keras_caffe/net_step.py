@@ -87,7 +87,10 @@ def train_function(outputs, optimizer, iter_size, jit_compile, reduce=None):
     ``reduce``: data-parallel training's gradient all-reduce
     (``DistributedOptimizer.reduce_gradients``), run between the
     forward/backward and the update, each its own (XLA-compiled if asked)
-    function: Horovod's collectives cannot run inside XLA."""
+    function: Horovod's collectives cannot run inside XLA. With a Caffe
+    solver it runs once per iteration, on the sum of the ``iter_size``
+    passes' gradients (``CaffeOptimizer.apply_summed``), as Caffe's
+    multi-GPU solvers reduce once per iteration."""
     model = outputs.model
     variables = model.trainable_variables
     count = len(outputs.entries)
@@ -97,6 +100,30 @@ def train_function(outputs, optimizer, iter_size, jit_compile, reduce=None):
             loss, values = outputs(batch, training=True)
         return loss, tf.stack(values), tape.gradient(loss, variables)
 
+    if reduce is None:
+        iteration = _passes(gradients, optimizer, variables, iter_size, jit_compile)
+    elif hasattr(optimizer, "apply_summed"):
+        iteration = _summed(gradients, optimizer, variables, iter_size, jit_compile, reduce)
+    else:
+        iteration = _passes(gradients, optimizer, variables, iter_size, jit_compile, reduce)
+
+    @tf.function
+    def run(iterator, k):
+        losses = tf.TensorArray(tf.float32, size=k)
+        values = tf.TensorArray(tf.float32, size=k, element_shape=(count,))
+        for i in tf.range(k):
+            total, last = iteration(iterator)
+            losses = losses.write(i, total / iter_size)
+            values = values.write(i, last)
+        return losses.stack(), values.stack()
+
+    return run
+
+
+def _passes(gradients, optimizer, variables, iter_size, jit_compile, reduce=None):
+    """One iteration as ``iter_size`` passes, each handing its gradients to
+    ``optimizer.apply`` (which accumulates them); with ``reduce``, each
+    pass's gradients are reduced first."""
     if reduce is None:  # one compiled function: forward, backward, update
         @tf.function(jit_compile=jit_compile)
         def one_pass(batch):
@@ -115,21 +142,44 @@ def train_function(outputs, optimizer, iter_size, jit_compile, reduce=None):
             update(reduce(grads))
             return loss, values
 
-    @tf.function
-    def run(iterator, k):
-        losses = tf.TensorArray(tf.float32, size=k)
-        values = tf.TensorArray(tf.float32, size=k, element_shape=(count,))
-        for i in tf.range(k):
-            total = tf.constant(0.0)
-            last = tf.zeros((count,))
-            for _ in range(iter_size):
-                loss, last = one_pass(next(iterator))
-                total += loss
-            losses = losses.write(i, total / iter_size)
-            values = values.write(i, last)
-        return losses.stack(), values.stack()
+    def iteration(iterator):
+        total = tf.constant(0.0)
+        for _ in range(iter_size):
+            loss, last = one_pass(next(iterator))
+            total += loss
+        return total, last
 
-    return run
+    return iteration
+
+
+def _summed(gradients, optimizer, variables, iter_size, jit_compile, reduce):
+    """One iteration as ``iter_size`` compiled forward/backward passes whose
+    gradients are summed here, ``reduce`` once on the sum, then one compiled
+    ``optimizer.apply_summed``. The sum runs in the passes' order, so it
+    equals the optimizer's own accumulation bit for bit."""
+    compiled_gradients = tf.function(gradients, jit_compile=jit_compile)
+
+    @tf.function(jit_compile=jit_compile)
+    def update(grads):
+        optimizer.apply_summed(grads, variables)
+
+    def iteration(iterator):
+        total = tf.constant(0.0)
+        sums = None
+        for _ in range(iter_size):
+            loss, last, grads = compiled_gradients(next(iterator))
+            total += loss
+            sums = list(grads) if sums is None else [_add(s, g) for s, g in zip(sums, grads)]
+        update(reduce(sums))
+        return total, last
+
+    return iteration
+
+
+def _add(total, grad):
+    if total is None or grad is None:
+        return grad if total is None else total
+    return tf.convert_to_tensor(total) + tf.convert_to_tensor(grad)
 
 
 def test_function(outputs, jit_compile):

@@ -242,6 +242,78 @@ def test_iterations_count_updates_not_micro_batches(golden):
     assert float(optimizer.learning_rate) == pytest.approx(0.05)
 
 
+# -- one all-reduce per update (data parallelism with iter_size) -------------------
+
+REDUCE_CASES = [(cls, {}) for cls in OPTIMIZERS] + [
+    (keras_caffe.YellowFin, {"jit_compile": False}), (keras_caffe.YellowFin, {"jit_compile": True})]
+
+
+def _micro_batches(model, count, seed=3):
+    rng = np.random.default_rng(seed)
+    return [[rng.normal(size=v.shape).astype("float32") for v in model.trainable_variables]
+            for _ in range(count)]
+
+
+def _run_updates(cls, extra, step):
+    """Final weights of a tiny MLP after ``step(optimizer, variables, k)``
+    ran for micro-batches k = 0..5 (iter_size 3: two updates)."""
+    keras.utils.set_random_seed(11)
+    model = tiny_mlp()
+    config = {key: value for key, value in full_config(cls).items() if key in (
+        "weight_decay", "lr_mult", "decay_mult")} if cls in OPTIMIZERS else {}
+    # The sum of 3 micro-batches has a norm of about 35: the doubled one is clipped.
+    optimizer = cls(0.05, iter_size=3, clip_gradients=50.0, **config, **extra)
+    optimizer.build(model.trainable_variables)
+    for k in range(6):
+        step(optimizer, model.trainable_variables, k)
+    return [v.numpy() for v in model.weights], optimizer
+
+
+@pytest.mark.parametrize("cls, extra", REDUCE_CASES, ids=lambda c: getattr(c, "__name__", str(c)))
+def test_reduce_runs_once_per_update_on_the_sum(cls, extra):
+    """``apply(..., reduce=f)`` (what ``DistributedOptimizer`` passes) calls
+    ``f`` once per ``iter_size`` micro-batches, on their sum, inside a
+    ``tf.function`` as ``fit`` runs it; ``apply_summed`` of that sum is the
+    same update. An identity ``f`` changes no bit; ``f`` = 2x (two workers
+    holding the same gradients, summed) equals applying doubled gradients."""
+    import tensorflow as tf
+
+    grads = _micro_batches(tiny_mlp(), 6)
+    calls = tf.Variable(0, dtype=tf.int64)
+
+    def identity(sums):
+        with tf.control_dependencies([calls.assign_add(1)]):
+            return [tf.identity(g) for g in sums]
+
+    def compiled(reduce=None, scale=1.0):
+        functions = {}
+
+        def step(opt, variables, k):
+            if opt not in functions:  # the variables are captured, not arguments
+                functions[opt] = tf.function(lambda g: opt.apply(g, variables, reduce=reduce))
+            functions[opt]([g * scale for g in grads[k]])
+        return step
+
+    def summed(opt, variables, k):
+        if k % 3 == 2:
+            total = [a + b + c for a, b, c in zip(*grads[k - 2:k + 1])]
+            tf.function(lambda g: opt.apply_summed(g, variables))(total)
+
+    plain, _ = _run_updates(cls, extra, compiled())
+    reduced, optimizer = _run_updates(cls, extra, compiled(identity))
+    assert int(calls.numpy()) == 2 and int(optimizer.iterations.numpy()) == 2
+    once, optimizer = _run_updates(cls, extra, summed)
+    assert int(optimizer.iterations.numpy()) == 2
+    assert int(optimizer._micro_step.numpy()) == 6
+    doubled, _ = _run_updates(cls, extra, compiled(lambda sums: [2.0 * g for g in sums]))
+    twice, _ = _run_updates(cls, extra, compiled(scale=2.0))
+    for a, b, c, d, e in zip(plain, reduced, once, doubled, twice):
+        np.testing.assert_array_equal(b, a)
+        np.testing.assert_allclose(c, a, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(d, e)
+    assert not np.allclose(plain[0], twice[0])  # doubling (and clipping) the sum matters
+
+
 def test_apply_without_variables_needs_a_built_optimizer():
     with pytest.raises(ValueError, match="must already be built"):
         keras_caffe.SGD().apply([np.zeros(2, "float32")])

@@ -133,3 +133,41 @@ def test_snapshot_lines_name_the_files_format(golden, fmt, weights, state, tmp_p
     else:
         assert sources == ["solver.cpp:474" if fmt == "caffe_hdf5" else "solver.cpp:464",
                            "sgd_solver.cpp:296"]
+
+
+def test_a_reduce_runs_once_per_iteration_on_the_summed_gradients(golden, tmp_path, monkeypatch):
+    """Data-parallel training's all-reduce (``train_function``'s ``reduce``)
+    runs once per Caffe iteration, on the sum of the ``iter_size`` passes'
+    gradients, not once per pass; with an identity reduce the run is
+    bit-identical to the solver's own accumulation, and still Caffe's."""
+    import tensorflow as tf
+
+    from keras_caffe.net_step import train_function
+
+    case = "sgd_itersize2"
+    plain, _, _ = run_case(case, tmp_path / "plain", monkeypatch)
+    work = tmp_path / "reduced" / case
+    shutil.copytree(GOLDEN / "solvers" / case, work, ignore=shutil.ignore_patterns("bin_run"))
+    monkeypatch.chdir(work)
+    solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
+    assert solver.param.iter_size == 2
+    calls = tf.Variable(0, dtype=tf.int64)
+    seen = []
+
+    def reduce(grads):
+        seen.append(len(grads))  # Python runs once per traced call site
+        with tf.control_dependencies([calls.assign_add(1)]):
+            return [None if g is None else tf.identity(g) for g in grads]
+
+    solver._run = train_function(solver._train_outputs, solver.optimizer, 2, False, reduce=reduce)
+    solver.solve()
+    assert solver.iter == 30
+    assert int(calls.numpy()) == 30  # one per iteration, not 60
+    assert seen == [4]  # traced once: one call site per iteration
+    assert int(solver.optimizer._micro_step.numpy()) == 60  # two passes per iteration
+    ours, theirs = blobs_of(solver), blobs_of(plain)
+    for name in BLOBS:
+        np.testing.assert_array_equal(ours[name], theirs[name])
+    want = np.load(golden / "solvers" / case / "trajectory.npz")
+    for name in BLOBS:
+        np.testing.assert_allclose(ours[name], want[name][-1], rtol=1e-5, atol=1e-6)

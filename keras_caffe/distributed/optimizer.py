@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from keras_caffe.distributed._hvd import initialized, loaded
 from keras_caffe.errors import ArgumentError
+from keras_caffe.optimizers.base import CaffeOptimizer
 
 _OPS = ("average", "sum")
 _COMPRESSIONS = (None, "none", "fp16")
@@ -97,6 +98,9 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
                                 "wrapped optimizer")
         super().__init__(learning_rate=0.0, name=name or f"distributed_{optimizer.name}")
         self._inner = _Hidden(optimizer)
+        # [all-reduce calls, bytes handed to them], counted as they run.
+        self._traffic = _Hidden(tf.Variable([0, 0], dtype=tf.int64, trainable=False,
+                                            name="allreduce_traffic"))
         self.compression = None if compression == "none" else compression
         self.op = op
         self.grouped = grouped
@@ -135,6 +139,18 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
     def learning_rate(self, value):
         self.inner_optimizer.learning_rate = value
 
+    @property
+    def allreduce_calls(self):
+        """All-reduce calls run so far on this worker (one per update when
+        ``grouped``, whatever ``iter_size``; 0 with one worker)."""
+        return int(self._traffic.value[0].numpy())
+
+    @property
+    def allreduce_bytes(self):
+        """Bytes this worker handed to its all-reduces so far (after
+        compression). A ring all-reduce sends ``2 (P - 1) / P`` times that."""
+        return int(self._traffic.value[1].numpy())
+
     def build(self, var_list):
         if not self.inner_optimizer.built:
             self.inner_optimizer.build(var_list)
@@ -149,11 +165,19 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
     # -- the step --------------------------------------------------------------------
 
     def apply(self, grads, trainable_variables=None):
-        """All-reduce ``grads`` across the workers, then the inner optimizer's ``apply``."""
+        """All-reduce ``grads`` across the workers, then the inner optimizer's
+        ``apply``. A keras-caffe solver with ``iter_size`` k accumulates its
+        k micro-batches locally and all-reduces their sum once per update
+        (k times fewer bytes than reducing each micro-batch; the same
+        numbers, as the sum is linear)."""
         grads = list(grads)
         if not self.built:
             self.build(trainable_variables)
-        self.inner_optimizer.apply(self.reduce_gradients(grads), trainable_variables)
+        inner = self.inner_optimizer
+        if isinstance(inner, CaffeOptimizer):
+            inner.apply(grads, trainable_variables, reduce=self.reduce_gradients)
+        else:
+            inner.apply(self.reduce_gradients(grads), trainable_variables)
 
     def apply_gradients(self, grads_and_vars):
         grads, variables = zip(*grads_and_vars)
@@ -175,6 +199,13 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
             reduced = hvd.grouped_allreduce(tensors, op=op, compression=compression)
         else:
             reduced = [hvd.allreduce(t, op=op, compression=compression) for t in tensors]
+        itemsize = [2 if self.compression == "fp16" and t.dtype.is_floating else t.dtype.size
+                    for t in tensors]
+        counted = self._traffic.value.assign_add(tf.stack([
+            tf.constant(1 if self.grouped else len(tensors), tf.int64),
+            tf.add_n([tf.size(t, out_type=tf.int64) * n for t, n in zip(tensors, itemsize)])]))
+        with tf.control_dependencies([counted]):
+            reduced = [tf.identity(r) for r in reduced]
         out = list(grads)
         for i, value in zip(present, reduced):
             out[i] = value

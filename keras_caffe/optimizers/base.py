@@ -145,10 +145,37 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
 
     # -- Caffe's gradient pipeline -----------------------------------------
 
-    def apply(self, grads, trainable_variables=None):
+    def apply(self, grads, trainable_variables=None, reduce=None):
+        """Keras's ``apply`` through Caffe's pipeline. ``reduce``: an
+        all-reduce run once per update on the summed gradients (see
+        ``caffe_apply``); ``DistributedOptimizer`` passes its own."""
+        prepared = self._prepare(grads, trainable_variables)
+        if prepared is None:
+            return super().apply(grads, trainable_variables)  # Keras's own error
+        return self.caffe_apply(*prepared, reduce=reduce)
+
+    def apply_summed(self, grads, trainable_variables=None):
+        """One Caffe iteration's update from the SUM of its ``iter_size``
+        passes' gradients (formed elsewhere, e.g. all-reduced across workers
+        once per iteration): clip, normalize, regularize and update, as
+        ``apply`` does on its ``iter_size``-th call; the accumulators are not
+        used and ``iter_size``'s micro-step counter moves by ``iter_size``."""
+        prepared = self._prepare(grads, trainable_variables)
+        if prepared is None:
+            return super().apply(grads, trainable_variables)  # Keras's own error
+        grads, variables = prepared
+        result = self.update_from_sum(grads, variables)
+        if self.iter_size > 1:
+            self._micro_step.assign_add(self.iter_size)
+        return result
+
+    def _prepare(self, grads, trainable_variables):
+        """``(grads, variables)`` for Caffe's pipeline: built, frozen
+        parameters' gradients 0, other None gradients dropped; None when
+        there is nothing to apply (Keras raises its own error then)."""
         if trainable_variables is None:
             if not self.built:
-                return super().apply(grads)  # raises Keras's own error
+                return None
             trainable_variables = self._built_variables
         trainable_variables = list(trainable_variables)
         if not self.built:
@@ -158,9 +185,8 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         pairs = [(ops.zeros(v.shape, v.dtype) if f else g, v)
                  for g, v, f in zip(grads, trainable_variables, frozen) if g is not None or f]
         if not pairs:
-            return super().apply(grads, trainable_variables)  # Keras's error
-        grads = [ops.convert_to_tensor(g) for g, _ in pairs]
-        return self.caffe_apply(grads, [v for _, v in pairs])
+            return None
+        return [ops.convert_to_tensor(g) for g, _ in pairs], [v for _, v in pairs]
 
     def frozen(self, variable):
         """Whether ``variable``'s ``lr_mult`` is 0 (once built).
@@ -179,18 +205,22 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         index = self._get_variable_index(variable)
         return self._lr_mults[index] == 0.0
 
-    def caffe_apply(self, grads, variables):
+    def caffe_apply(self, grads, variables, reduce=None):
         """Caffe's pipeline on the gradients of built ``variables`` (no None):
-        ``iter_size`` accumulation, then ``apply_update`` of the processed
-        gradients on every ``iter_size``-th call. A subclass may run it
-        elsewhere (YellowFin compiles it with XLA)."""
+        ``iter_size`` accumulation, then ``update_from_sum`` on every
+        ``iter_size``-th call. ``reduce`` (data-parallel training's
+        all-reduce, e.g. ``DistributedOptimizer.reduce_gradients``) runs once
+        per update, on the summed gradients before clipping, as Caffe's
+        multi-GPU solvers reduce each iteration's diffs before
+        ``ApplyUpdate``; so ``iter_size`` passes send one update's bytes. A
+        subclass may run it elsewhere (YellowFin compiles it with XLA)."""
         if self.iter_size == 1:
-            return self.apply_update(self.caffe_gradients(grads, variables), variables)
+            return self.update_from_sum(grads if reduce is None else reduce(grads), variables)
         sums = [self.slot(self._accumulators, v) for v in variables]
 
         def update():
             totals = [ops.add(s, g) for s, g in zip(sums, grads)]
-            self.apply_update(self.caffe_gradients(totals, variables), variables)
+            self.update_from_sum(totals if reduce is None else reduce(totals), variables)
             for s in sums:
                 s.assign(ops.zeros_like(s))
 
@@ -201,6 +231,11 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         is_update = ops.equal((self._micro_step + 1) % self.iter_size, 0)
         ops.cond(is_update, update, accumulate)
         self._micro_step.assign_add(1)
+
+    def update_from_sum(self, grads, variables):
+        """``apply_update`` of ``caffe_gradients``: the update from the sum of
+        an iteration's ``iter_size`` gradients of built ``variables``."""
+        return self.apply_update(self.caffe_gradients(grads, variables), variables)
 
     def apply_update(self, grads, variables):
         """One update from Caffe-processed gradients: Keras's ``apply``, which

@@ -130,6 +130,8 @@ class YellowFin(CaffeOptimizer):
     solver_fields = ("momentum", "clip_thresh", "beta", "curv_win_width",
                      "stat_protect_fac") + _FLAGS
     slot_names = ("velocity", "grad_avg")
+    #: True while an XLA-compiled update is being traced (nested calls run plainly).
+    _compiling = False
 
     def __init__(self, learning_rate=1e-4, momentum=0.0, *, lr_factor=1.0, clip_thresh=None,
                  beta=0.999, curv_win_width=20, zero_debias=True, sparsity_debias=False,
@@ -220,21 +222,37 @@ class YellowFin(CaffeOptimizer):
         sizes = [math.prod(v.shape) for v in variables]
         return 2 * sum(n for n in sizes if n >= JIT_MIN_ELEMENTS) >= sum(sizes)
 
-    def caffe_apply(self, grads, variables):
+    def caffe_apply(self, grads, variables, reduce=None):
         # A compiled update (Caffe's pipeline, the statistics, the tuning and
         # the per-parameter pass in one XLA program) also when the training
         # step is not compiled (Keras's default on CPU). Inside a compiled
-        # step it is inlined.
-        if not self.compiles_update(variables):
-            return super().caffe_apply(grads, variables)
-        key = tuple(id(v) for v in variables)
+        # step it is inlined. With ``reduce`` (an all-reduce, which has no
+        # XLA kernel) the accumulation runs plainly and the update from the
+        # reduced sum is the compiled part.
+        if reduce is not None or self._compiling or not self.compiles_update(variables):
+            return super().caffe_apply(grads, variables, reduce)
+        self._run_compiled(CaffeOptimizer.caffe_apply, grads, variables)
+
+    def update_from_sum(self, grads, variables):
+        if self._compiling or not self.compiles_update(variables):
+            return super().update_from_sum(grads, variables)
+        self._run_compiled(CaffeOptimizer.update_from_sum, grads, variables)
+
+    def _run_compiled(self, method, grads, variables):
+        """``method(self, grads, variables)`` as one XLA program, traced once
+        per (method, variables)."""
+        key = (method.__name__, *(id(v) for v in variables))
         compiled = self._compiled_updates.get(key)
         if compiled is None:
             def update(grads):
                 # A densified IndexedSlices (an Embedding's gradient) can come
                 # without its static shape, which the update needs.
                 grads = [tf.ensure_shape(g, v.shape) for g, v in zip(grads, variables)]
-                CaffeOptimizer.caffe_apply(self, grads, variables)
+                object.__setattr__(self, "_compiling", True)
+                try:
+                    method(self, grads, variables)
+                finally:
+                    object.__setattr__(self, "_compiling", False)
 
             compiled = tf.function(update, jit_compile=True, autograph=False)
             self._compiled_updates[key] = compiled

@@ -32,6 +32,7 @@ parser.add_argument("--kill-rank", type=int, default=-1)
 parser.add_argument("--kill-at", type=int, default=-1)
 parser.add_argument("--mixed", action="store_true")
 parser.add_argument("--lms", action="store_true")
+parser.add_argument("--iter-size", type=int, default=1)
 args = parser.parse_args()
 
 import keras  # noqa: E402
@@ -57,7 +58,7 @@ y = (x[:, :4].mean(axis=(1, 2, 3)) > 0).astype("int32")
 
 def make_optimizer():
     if args.optimizer == "sgd":
-        return keras_caffe.SGD(0.05, momentum=0.9, weight_decay=5e-4)
+        return keras_caffe.SGD(0.05, momentum=0.9, weight_decay=5e-4, iter_size=args.iter_size)
     if args.optimizer == "adam":
         return keras.optimizers.Adam(1e-3)
     if args.optimizer == "yellowfin":
@@ -121,7 +122,9 @@ with kd.failures(lambda: f"iteration {int(model.optimizer.iterations.numpy())}")
 
 os.makedirs(args.out, exist_ok=True)
 weights = {f"w{i}": v.numpy() for i, v in enumerate(model.weights)}
+traffic = ([optimizer.allreduce_calls, optimizer.allreduce_bytes]
+           if isinstance(optimizer, kd.DistributedOptimizer) else [0, 0])
 np.savez(os.path.join(args.out, f"rank{rank}.npz"), iterations=int(model.optimizer.iterations.numpy()),
-         loss=np.array(history["loss"]), lr=np.array(history["lr"]), mu=np.array(history["mu"]),
+         traffic=np.array(traffic), loss=np.array(history["loss"]), lr=np.array(history["lr"]), mu=np.array(history["mu"]),
          **weights)
 print(f"rank {rank} of {size} done", file=sys.stderr)

@@ -46,6 +46,27 @@ def test_two_workers_equal_one_worker_with_twice_the_batch(tmp_path, optimizer):
         assert rank0["mu"][-1] > 0.0  # the tuner ran
 
 
+def test_iter_size_all_reduces_once_per_update(tmp_path):
+    """np=2 x iter_size 2 x batch 8 trains like np=1 with batch 32 (rtol
+    1e-5), and each worker ran one all-reduce per update, of the parameters'
+    bytes once (not once per micro-batch)."""
+    require_horovod()
+    out, ref = tmp_path / "np2", tmp_path / "ref"
+    check(horovodrun([FIT_WORKER, out, "--steps", STEPS, "--batch", 8, "--iter-size", 2]))
+    check(python([FIT_WORKER, ref, "--steps", STEPS // 2, "--batch", 32, "--reference"]))
+    rank0, rank1, one = (np.load(out / "rank0.npz"), np.load(out / "rank1.npz"),
+                         np.load(ref / "rank0.npz"))
+    assert int(rank0["iterations"]) == int(one["iterations"]) == STEPS // 2
+    for a, b in zip(weights(rank0), weights(rank1)):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(weights(rank0), weights(one)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    parameter_bytes = sum(w.size * w.itemsize for w in weights(rank0))
+    assert parameter_bytes == 4 * (3 * 3 * 8 + 8 + 6 * 6 * 8 * 2 + 2)
+    for rank in (rank0, rank1):
+        assert rank["traffic"].tolist() == [STEPS // 2, STEPS // 2 * parameter_bytes]
+
+
 def test_lms_under_horovod_changes_no_number(tmp_path):
     """LMS (every activation recomputed) in a 2-worker run: the weights are
     those of the same run without LMS, bit for bit."""

@@ -46,8 +46,13 @@ def lenet(tmp_path_factory):
     text = (LENET / "lenet_train_test.prototxt").read_text()
     (root / "net64.prototxt").write_text(text)
     (root / "net32.prototxt").write_text(text.replace("batch_size: 64", "batch_size: 32"))
+    (root / "net128.prototxt").write_text(text.replace("batch_size: 64", "batch_size: 128"))
     for batch in (32, 64):
         (root / f"solver{batch}.prototxt").write_text(SOLVER.format(net=f"net{batch}.prototxt"))
+    short = SOLVER.replace("max_iter: 20", "max_iter: 10")
+    (root / "solver32_iter2.prototxt").write_text(
+        short.format(net="net32.prototxt") + "iter_size: 2\n")
+    (root / "solver128.prototxt").write_text(short.format(net="net128.prototxt"))
     return root
 
 
@@ -112,3 +117,15 @@ def test_xla_train_step_runs_the_all_reduce_outside_the_compiled_region(lenet):
     for name in one:
         for a, b in zip(xla[name], one[name]):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_iter_size_two_workers_train_like_one_with_four_times_the_batch(lenet):
+    """np=2 x iter_size 2 x batch 32 = np=1 x batch 128: each worker sums its
+    two passes and all-reduces that sum once per iteration (rtol 1e-5)."""
+    train(lenet / "np2_iter2", lenet / "solver32_iter2.prototxt", 2)
+    train(lenet / "np1_b128", lenet / "solver128.prototxt", 1)
+    two = caffemodel(lenet / "np2_iter2" / "snap" / "lenet_iter_10.caffemodel")
+    one = caffemodel(lenet / "np1_b128" / "snap" / "lenet_iter_10.caffemodel")
+    for name in one:
+        for a, b in zip(two[name], one[name]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
