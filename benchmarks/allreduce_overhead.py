@@ -191,9 +191,69 @@ def run_worker(args):
                     hvd.stop_timeline()
                     executions, tensors = fused_executions(path)
                     entry["fused"][variant] = [executions / steps, tensors / steps]
+        if me.size > 1:
+            entry["iter_size"] = iter_size_traffic(args, model, x, y, loss_fn, me,
+                                                   hvd if timeline else None, out, net)
         report["nets"][net] = entry
     if me.rank == 0:
         (out / "report.json").write_text(json.dumps(report))
+
+
+def iter_size_traffic(args, model, x, y, loss_fn, me, hvd, out, net):
+    """Per update of ``SGD(iter_size=k)``, k = 1 and 4: bytes all-reduced
+    (``DistributedOptimizer.allreduce_bytes``), fused all-reduces run (the
+    timeline) and time, once per update (``DistributedOptimizer.apply``)
+    and, for comparison, once per micro-batch (the inner optimizer fed
+    reduced micro-batch gradients, as before issue 16)."""
+    import tensorflow as tf
+
+    import keras_caffe
+    import keras_caffe.distributed as kd
+
+    results = {}
+    for k in (1, 4):
+        for mode in ("per_update", "per_pass") if k > 1 else ("per_update",):
+            optimizer = kd.DistributedOptimizer(keras_caffe.SGD(0.001, momentum=0.9, iter_size=k))
+            optimizer.build(model.trainable_variables)
+            inner = optimizer.inner_optimizer
+
+            @tf.function
+            def micro_batch(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                if mode == "per_update":
+                    optimizer.apply(grads, model.trainable_variables)
+                else:
+                    inner.apply(optimizer.reduce_gradients(grads), model.trainable_variables)
+                return loss
+
+            def update():
+                for _ in range(k):
+                    float(micro_batch(x, y))
+
+            for _ in range(args.warmup):
+                update()
+            before = optimizer.allreduce_bytes
+            times = []
+            for _ in range(args.steps):
+                start = time.perf_counter()
+                update()
+                times.append(time.perf_counter() - start)
+            entry = {"bytes": (optimizer.allreduce_bytes - before) / args.steps,
+                     "time": statistics.median(times)}
+            if hvd is not None:
+                updates = 3
+                path = out / f"timeline_{net}_iter{k}_{mode}.json"
+                if me.rank == 0:
+                    hvd.start_timeline(str(path))
+                for _ in range(updates):
+                    update()
+                if me.rank == 0:
+                    hvd.stop_timeline()
+                    entry["fused"] = fused_executions(path)[0] / updates
+            results[f"{k}_{mode}"] = entry
+    return results
 
 
 # -- the launcher -------------------------------------------------------------------------------
@@ -253,6 +313,22 @@ def table(args, one, two):
         grouped = t2["grouped"] * 1e3
         print(f"{net:<12} | {t1:>8.2f}ms {grouped:>8.2f}ms {grouped / t1:>6.2f} "
               f"| {t2['ungrouped'] * 1e3:>12.2f}ms {t2['fp16'] * 1e3:>8.2f}ms")
+    print()
+    print(f"per update with iter_size k (np=2, per-worker micro-batch {args.batch}): bytes each "
+          "worker hands to all-reduce, fused all-reduces run (timeline), median time; 'once' "
+          "is DistributedOptimizer (the sum of the k micro-batches reduced once), 'per pass' "
+          "reduces every micro-batch")
+    print(f"{'net':<12} | {'k=1 bytes':>10} {'fused':>5} {'time':>9} | {'k=4 once bytes':>14} "
+          f"{'fused':>5} {'time':>9} | {'k=4 per pass':>13} {'fused':>5} {'time':>9}")
+    for net in args.nets:
+        its = two["nets"][net]["iter_size"]
+
+        def cells(key, width):
+            e = its[key]
+            return (f"{e['bytes']:>{width}.0f} {e.get('fused', float('nan')):>5g} "
+                    f"{e['time'] * 1e3:>7.1f}ms")
+        print(f"{net:<12} | {cells('1_per_update', 10)} | {cells('4_per_update', 14)} | "
+              f"{cells('4_per_pass', 13)}")
     print()
     print("Horovod ops/step: in the traced train step (np=1 has none: one worker reduces "
           "nothing). fused allreduces/step: from Horovod's timeline on rank 0, (Nt) = tensors "
