@@ -124,7 +124,7 @@ def _unwrapped(optimizer):
     return optimizer.inner_optimizer if isinstance(optimizer, DistributedOptimizer) else optimizer
 
 
-def load_snapshot(solverstate_path, model, optimizer):
+def load_snapshot(solverstate_path, model, optimizer, check_state=None):
     """Restore ``model``'s weights and ``optimizer``'s state from a snapshot.
 
     Reads all three formats, including BVLC Caffe's own files, told apart by
@@ -132,7 +132,9 @@ def load_snapshot(solverstate_path, model, optimizer):
     ``learned_net`` is tried relative to the current directory, as Caffe
     does, then to the solverstate's directory). Restores the weights, the
     optimizer's slots (Caffe's history blobs, converted to Keras's layout)
-    and ``iterations``. Everything is checked before anything changes.
+    and ``iterations``. Everything is checked before anything changes,
+    including the stored ``state`` when ``check_state`` (a callable raising
+    on a bad state, e.g. ``keras_caffe.solver_state.check``) is given.
 
     Returns:
         the ``state`` dict stored with the snapshot ({} for Caffe's files).
@@ -146,20 +148,13 @@ def load_snapshot(solverstate_path, model, optimizer):
     optimizer = _unwrapped(optimizer)
     _ensure_built(model, optimizer)
     if not is_hdf5(path):
-        return snapshot_caffe.load(path, model, optimizer)
-    import h5py
+        return snapshot_caffe.load(path, model, optimizer, check_state=check_state)
+    from keras_caffe.importers import hdf5_files
 
-    try:
-        f = h5py.File(path, "r")
-    except OSError as err:
-        raise SnapshotError(path, f"truncated or corrupt HDF5 solverstate ({err})") from None
-    with f:
+    with hdf5_files.open_file(path, lambda message: SnapshotError(path, message)) as f:
         if snapshot_keras.is_ours(f):
-            try:
-                return snapshot_keras.load(path, f, model, optimizer)
-            except (KeyError, OSError) as err:
-                raise SnapshotError(path, f"truncated or corrupt solverstate ({err})") from None
-    return snapshot_caffe.load(path, model, optimizer)
+            return snapshot_keras.load(path, f, model, optimizer, check_state)
+    return snapshot_caffe.load(path, model, optimizer, check_state=check_state)
 
 
 def _ensure_built(model, optimizer):

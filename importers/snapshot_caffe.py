@@ -26,6 +26,7 @@ import numpy as np
 from google.protobuf import message as _message
 
 from keras_caffe.errors import CaffeImportError
+from keras_caffe.importers import hdf5_files
 from keras_caffe.importers import snapshot_params as sp
 from keras_caffe.importers.api import load_into
 from keras_caffe.importers.export import caffemodel_proto
@@ -241,34 +242,54 @@ def _read_varint(data, pos):
 
 
 def _read_state_hdf5(path):
+    """Caffe's HDF5 solverstate, each dataset checked before it is read
+    (``hdf5_files``): numbers where Caffe writes numbers, no links, nothing
+    stored in another file, sizes within the reading budget."""
     import h5py
 
-    try:
-        with h5py.File(path, "r") as f:
-            for key in ("iter", "current_step", "history"):
-                if key not in f:
-                    raise SnapshotError(path, f"not a Caffe HDF5 solverstate (no /{key})")
-            group = f["history"]
-            history = []
-            for i in range(len(group)):
-                if str(i) not in group:
-                    raise SnapshotError(path, f"corrupt solverstate: /history/{i} is missing")
-                history.append(np.asarray(group[str(i)], np.float32))
-            learned = _string(f["learned_net"]) if "learned_net" in f else None
-            extra = _string(f[HDF5_EXTRA]) if HDF5_EXTRA in f else None
-            iteration = int(np.asarray(f["iter"]).reshape(-1)[0])
-            step = int(np.asarray(f["current_step"]).reshape(-1)[0])
-    except (OSError, KeyError, ValueError, IndexError, TypeError) as err:
-        raise SnapshotError(path, f"truncated or corrupt HDF5 solverstate ({err})") from None
+    def fail(message):
+        return SnapshotError(path, message)
+
+    budget = hdf5_files.Budget()
+    with hdf5_files.open_file(path, fail) as f:
+        for key in ("iter", "current_step", "history"):
+            if key not in f:
+                raise SnapshotError(path, f"not a Caffe HDF5 solverstate (no /{key})")
+        group = f["history"]
+        if not isinstance(group, h5py.Group) or \
+                not isinstance(f.get("history", getlink=True), h5py.HardLink):
+            raise SnapshotError(path, "corrupt solverstate: /history is not a group")
+        datasets = hdf5_files.indexed(group, fail)
+        if len(datasets) != len(group):
+            raise SnapshotError(path, f"corrupt solverstate: /history/{len(datasets)} is "
+                                "missing")
+        for ds in datasets:
+            hdf5_files.check_numeric(ds, fail, budget)
+        counters = [hdf5_files.dataset(f, key, fail) for key in ("iter", "current_step")]
+        for ds in counters:
+            hdf5_files.check_numeric(ds, fail, budget)
+            if ds.size != 1:
+                raise SnapshotError(path, f"corrupt solverstate: {ds.name} holds {ds.size} "
+                                    "values, expected 1")
+        iteration, step = (_counter(path, hdf5_files.read(ds, fail, np.float64), ds.name)
+                           for ds in counters)
+        learned = (hdf5_files.text(hdf5_files.dataset(f, "learned_net", fail), fail)
+                   if "learned_net" in f else None)
+        extra = (hdf5_files.text(hdf5_files.dataset(f, HDF5_EXTRA, fail), fail)
+                 if HDF5_EXTRA in f else None)
+        history = [hdf5_files.read(ds, fail) for ds in datasets]
     extra = decode_json(path, extra, "keras-caffe state") if extra is not None else None
     return CaffeState(iteration, learned, step, history, extra)
 
 
-def _string(dataset):
-    value = dataset[()]
-    if isinstance(value, bytes):
-        return value.split(b"\0", 1)[0].decode("utf-8")
-    return str(value)
+def _counter(path, value, name):
+    """A solverstate's ``iter`` / ``current_step``: an integer in int32's
+    range (Caffe stores them as int32), else ``SnapshotError``."""
+    value = float(value.reshape(-1)[0])
+    if not value.is_integer() or not 0 <= value < 2 ** 31:
+        raise SnapshotError(path, f"corrupt solverstate: {name} is {value:g}, expected an "
+                            "integer in [0, 2^31)")
+    return int(value)
 
 
 def read_weights(path, params):
@@ -300,35 +321,93 @@ def read_weights(path, params):
 
 def _read_weights_hdf5(path, params):
     """Blobs looked up by layer name (``/data/<name>/<i>``), so Caffe names
-    with '/' (nested groups in HDF5) are found too."""
+    with '/' (nested groups in HDF5) are found too. Each blob must have the
+    shape the net needs (``params``) before any is read."""
     import h5py
 
-    found = {}
-    try:
-        with h5py.File(path, "r") as f:
-            if "data" not in f:
-                raise SnapshotError(path, "HDF5 file without Caffe's /data group: not a "
-                                    "Caffe weights file")
-            data = f["data"]
-            for name in dict.fromkeys(p.caffe_layer for p in params):
-                if name in data:
-                    group = data[name]
-                    found[name] = [np.asarray(group[str(i)], np.float32)
-                                   for i in range(len(group)) if str(i) in group]
-    except (OSError, KeyError, ValueError) as err:
-        raise SnapshotError(path, f"truncated or corrupt HDF5 weights ({err})") from None
-    return found
+    def fail(message):
+        return SnapshotError(path, message)
+
+    wanted = {}
+    for p in params:
+        wanted.setdefault(p.caffe_layer, {})[p.blob] = p
+    found, budget = {}, hdf5_files.Budget()
+    with hdf5_files.open_file(path, fail) as f:
+        if "data" not in f or not isinstance(f["data"], h5py.Group):
+            raise SnapshotError(path, "HDF5 file without Caffe's /data group: not a "
+                                "Caffe weights file")
+        data = f["data"]
+        for name, blobs in wanted.items():
+            group = _layer_group(data, name, fail)
+            if group is None:
+                continue
+            datasets = hdf5_files.indexed(group, fail)
+            for i, ds in enumerate(datasets):
+                hdf5_files.check_numeric(ds, fail, budget)
+                p = blobs.get(i)
+                if p is not None and tuple(ds.shape) != p.shape and \
+                        not sp.legacy_same(ds.shape, p.shape):
+                    raise SnapshotError(path, f"weights of another net: {p} has shape "
+                                        f"{tuple(ds.shape)}, the net needs {p.shape}")
+            found[name] = datasets
+        return {name: [hdf5_files.read(ds, fail) for ds in datasets]
+                for name, datasets in found.items()}
 
 
-def load(path, model, optimizer, state=None):
+def _layer_group(data, name, fail):
+    """``/data/<name>`` (through nested groups for a name with '/'), with no
+    link on the way; None when absent."""
+    import h5py
+
+    group = data
+    for part in name.split("/"):
+        if part not in group:
+            return None
+        members = dict(hdf5_files.members(group, fail))
+        group = members.get(part)
+        if not isinstance(group, h5py.Group):
+            return None
+    return group
+
+
+def _checked_extra(path, extra):
+    """Our JSON beside Caffe's fields, validated like user input before it
+    changes anything: None when absent or not ours (another tool's field
+    number), else a dict whose ``slots`` is a list of names,
+    ``weights_sha256`` a hex digest and ``state`` a dict."""
+    if not isinstance(extra, dict) or extra.get("format") != EXTRA_FORMAT:
+        return None
+    checks = {
+        "slots": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "weights_sha256": lambda v: isinstance(v, str) and len(v) == 64
+        and all(c in "0123456789abcdef" for c in v),
+        "state": lambda v: isinstance(v, dict),
+        "version": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "solver": lambda v: v is None or isinstance(v, str),
+    }
+    for key, valid in checks.items():
+        if key in extra and not valid(extra[key]):
+            raise SnapshotError(path, f"corrupt keras-caffe state: {key!r} is "
+                                f"{_short(extra[key])}")
+    if extra.get("version", EXTRA_VERSION) > EXTRA_VERSION:
+        raise SnapshotError(path, f"keras-caffe state version {extra['version']} is newer than "
+                            f"this keras-caffe reads ({EXTRA_VERSION})")
+    return extra
+
+
+def _short(value):
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def load(path, model, optimizer, state=None, check_state=None):
     """Restore the model and optimizer from a Caffe solverstate; returns the
     stored ``state`` dict ({} for Caffe's own files). Everything is checked
     before anything is changed."""
     opt = sp.caffe_optimizer(optimizer, path)
     params = sp.learnable_params(model, path)
     state = state or read_state(path)
-    extra = state.extra if isinstance(state.extra, dict) and \
-        state.extra.get("format") == EXTRA_FORMAT else None
+    extra = _checked_extra(path, state.extra)
     sp.check_history(path, opt, params, state.history,
                      stored_slots=extra.get("slots") if extra else None)
     n = len(params)
@@ -340,10 +419,13 @@ def load(path, model, optimizer, state=None):
         if extra:
             check_checksum(path, weights_path, extra.get("weights_sha256"))
     assignments = sp.slot_assignments(opt, params, history)
+    stored = dict(extra.get("state") or {}) if extra else {}
+    if check_state is not None:
+        check_state(stored)
     if weights is not None:
         load_into(model, weights, source=path)
     for variable, value in assignments:
         variable.assign(np.asarray(value, np.float32).reshape(variable.shape))
     opt.iterations.assign(state.iter)
     sp.reset_accumulation(opt)
-    return dict(extra.get("state") or {}) if extra else {}
+    return stored

@@ -24,6 +24,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_caffe.importers import hdf5_files
 from keras_caffe.importers.snapshot_io import (
     SnapshotError, atomic_output, check_checksum, decode_json, resolve_weights, sha256_file)
 
@@ -68,7 +69,7 @@ def is_ours(f):
     return f.attrs.get("format") == FORMAT
 
 
-def load(path, f, model, optimizer):
+def load(path, f, model, optimizer, check_state=None):
     """Restore from the open solverstate ``f``; returns the stored state dict.
     Everything is checked before anything is changed."""
     version = int(f.attrs.get("version", 0))
@@ -79,12 +80,17 @@ def load(path, f, model, optimizer):
     if stored_class != class_name(optimizer):
         raise SnapshotError(path, f"holds the state of a {stored_class} optimizer; the model's "
                             f"optimizer is a {class_name(optimizer)}")
-    _check_fingerprint(path, decode_json(path, _text(f["model_fingerprint"]), "fingerprint"),
-                       fingerprint(model))
+    _check_fingerprint(path, decode_json(path, _text(path, f, "model_fingerprint"),
+                                         "fingerprint"), fingerprint(model))
     values = _match_variables(path, f, optimizer)
     weights = resolve_weights(path, _attr(f, "weights_file"), caffe_style=False)
     check_checksum(path, weights, _attr(f, "weights_sha256"))
-    state = decode_json(path, _text(f["state"]), "state") if "state" in f else {}
+    state = decode_json(path, _text(path, f, "state"), "state") if "state" in f else {}
+    if not isinstance(state, dict):
+        raise SnapshotError(path, f"corrupt state: a {type(state).__name__}, not a dict")
+    if check_state is not None:
+        check_state(state)
+    _check_weights_file(weights)
     try:
         model.load_weights(weights)
     except (ValueError, OSError, KeyError) as err:
@@ -101,9 +107,11 @@ def _attr(f, name):
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _text(dataset):
-    value = dataset[()]
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+def _text(path, f, key):
+    def fail(message):
+        return SnapshotError(path, message)
+
+    return hdf5_files.text(hdf5_files.dataset(f, key, fail), fail)
 
 
 def _check_fingerprint(path, stored, current):
@@ -121,13 +129,40 @@ def _check_fingerprint(path, stored, current):
                             f"{where}: {extra[0]!r} {tuple(extra[1])})")
 
 
-def _stored_variables(f):
+def _check_weights_file(path):
+    """Check the ``.weights.h5`` Keras is about to read as ``hdf5_files``
+    checks our own files: no links, nothing in other files, numbers within
+    the reading budget (Keras's reader follows whatever the file says)."""
+    import h5py
+
+    def fail(message):
+        return SnapshotError(path, message)
+
+    budget = hdf5_files.Budget()
+    with hdf5_files.open_file(path, fail) as f:
+        for _, group in hdf5_files.walk(f, fail):
+            for _, obj in hdf5_files.members(group, fail):
+                if isinstance(obj, h5py.Dataset):
+                    hdf5_files.check_numeric(obj, fail, budget)
+
+
+def _stored_variables(path, f):
+    """``{path: dataset}`` under ``/optimizer_variables`` (groups follow the
+    variables' paths), walked and checked by ``hdf5_files``; nothing read."""
+    import h5py
+
+    def fail(message):
+        return SnapshotError(path, message)
+
     found = {}
     if "optimizer_variables" in f:
-        def visit(name, obj):
-            if hasattr(obj, "shape"):
-                found[name] = obj[()]
-        f["optimizer_variables"].visititems(visit)
+        root = f["optimizer_variables"]
+        if not isinstance(root, h5py.Group):
+            raise SnapshotError(path, "corrupt solverstate: /optimizer_variables is not a group")
+        for name, group in hdf5_files.walk(root, fail):
+            for key, obj in hdf5_files.members(group, fail):
+                if isinstance(obj, h5py.Dataset):
+                    found[f"{name}/{key}" if name else key] = obj
     return found
 
 
@@ -136,7 +171,12 @@ def _match_variables(path, f, optimizer):
     a shape/dtype change. An ``iter_size`` accumulator missing from the file
     (saved with iter_size 1) starts at zero; one in the file that the
     optimizer lacks must be zero (no micro-batch gradient pending)."""
-    stored = _stored_variables(f)
+    def fail(message):
+        return SnapshotError(path, message)
+
+    stored, budget = _stored_variables(path, f), hdf5_files.Budget()
+    for dataset in stored.values():
+        hdf5_files.check_numeric(dataset, fail, budget)
     old_name, new_name = _attr(f, "optimizer_name"), optimizer.name
     pairs, used = [], set()
     for variable in optimizer.variables:
@@ -156,9 +196,11 @@ def _match_variables(path, f, optimizer):
                                 f"{np.dtype(value.dtype).name} {tuple(np.shape(value))} in the "
                                 f"snapshot, {variable.dtype} {tuple(variable.shape)} now")
         pairs.append((variable, value))
+    pairs = [(variable, hdf5_files.read(value, fail, value.dtype)) for variable, value in pairs]
     for key in sorted(set(stored) - used):
         if not (any(key.endswith(tag) for tag in _ACCUMULATION)
-                and (key.endswith("micro_step") or not np.any(stored[key]))):
+                and (key.endswith("micro_step")
+                     or not np.any(hdf5_files.read(stored[key], fail, stored[key].dtype)))):
             raise SnapshotError(path, f"holds optimizer variable {key!r}, which the optimizer "
                                 "does not have: the optimizer's configuration differs")
     return pairs

@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 from keras_caffe.errors import ProtoParseError, WeightsError
+from keras_caffe.importers import hdf5_files
 from keras_caffe.importers.protofile import read_binary
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
@@ -152,25 +153,24 @@ def _weights_only(path):
 def _load_hdf5(path):
     """Caffe's HDF5 weights: ``/data/<layer>/<blob index>``. HDF5 reads a
     ``/`` in a layer name (``conv1/bn``) as nested groups, so a layer is a
-    group whose members are the datasets ``0..n-1``, found at any depth."""
+    group whose members are the datasets ``0..n-1``, found at any depth.
+    The file is checked as ``hdf5_files`` describes (no links, no other
+    files, numbers only, sizes within the budget) before a value is read."""
     import h5py
 
-    weights = {}
+    def fail(message):
+        return WeightsError(f"{path}: {message}")
 
-    def visit(name, group):
-        members = list(group.keys())
-        count = sum(1 for k in members if k.isdigit() and isinstance(group[k], h5py.Dataset))
-        if count and name:
-            weights[name] = [np.asarray(group[str(i)], np.float32) for i in range(count)]
-        for key in members:  # layers named "<name>/...", stored inside this group
-            if isinstance(group[key], h5py.Group):
-                visit(f"{name}/{key}" if name else key, group[key])
-
-    try:
-        with h5py.File(path, "r") as f:
-            if "data" not in f:
-                raise WeightsError(f"{path}: HDF5 file without Caffe's /data group")
-            visit("", f["data"])
-    except (OSError, KeyError) as err:
-        raise WeightsError(f"{path}: unreadable HDF5 weights ({err})") from None
-    return weights
+    found, budget = [], hdf5_files.Budget()
+    with hdf5_files.open_file(path, fail) as f:
+        if "data" not in f or not isinstance(f.get("data", getlink=True), h5py.HardLink) \
+                or not isinstance(f["data"], h5py.Group):
+            raise WeightsError(f"{path}: HDF5 file without Caffe's /data group")
+        for name, group in hdf5_files.walk(f["data"], fail):
+            datasets = hdf5_files.indexed(group, fail)
+            if datasets and name:
+                for ds in datasets:
+                    hdf5_files.check_numeric(ds, fail, budget)
+                found.append((name, datasets))
+        # every blob checked (budget included) before any is read
+        return {name: [hdf5_files.read(ds, fail) for ds in datasets] for name, datasets in found}

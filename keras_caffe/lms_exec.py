@@ -240,6 +240,12 @@ def device_memory():
         if total:
             return total, "GPU:0 memory (nvidia-smi)"
         return None, "GPU:0 memory unknown"
+    return host_memory()
+
+
+def host_memory():
+    """``(bytes or None, where)``: the smallest of physical RAM, the cgroup's
+    ``memory.max`` and the process's ``RLIMIT_DATA`` / ``RLIMIT_AS``."""
     limits = []
     try:
         limits.append((os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "host RAM"))

@@ -40,6 +40,7 @@ import time
 import keras
 import tensorflow as tf
 
+from keras_caffe import solver_state
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 from keras_caffe.distributed.faults import failures
 from keras_caffe.errors import KerasCaffeError, SolverError, WeightsError
@@ -350,7 +351,10 @@ class Solver:
 
         if self._log:
             self._log.restoring(path)
-        state = load_snapshot(path, self.net, self.optimizer)
+        def check(stored):  # before the snapshot changes anything
+            solver_state.check(path, stored, len(self._tests), _STATE_VERSION)
+
+        state = load_snapshot(path, self.net, self.optimizer, check_state=check)
         it = self.iter
         if state.get("version") == _STATE_VERSION:
             if state.get("seed") != self.seed:

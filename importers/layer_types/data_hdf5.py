@@ -66,8 +66,7 @@ class HDF5Data(DataLayer):
 def _first_file(layer, listing):
     """The first file the list names, relative ones next to the list if not
     found from the current directory."""
-    with open(listing, encoding="utf-8") as f:
-        files = [line.strip() for line in f if line.strip()]
+    files = [line.strip() for _, line in records.list_lines(layer, listing)]
     if not files:
         raise LayerError(layer.name, f"HDF5Data source {listing!r} lists no files")
     first = files[0]

@@ -40,10 +40,17 @@ class ImageData(DataLayer):
             height, width = p.new_height, p.new_width
         else:
             listing = find_source(layer, p.source, net_source)
-            with open(listing, encoding="utf-8") as f:
-                first = f.readline().rstrip("\n").rsplit(" ", 1)[0]
+            lines = records.list_lines(layer, listing)
+            if not lines:
+                raise LayerError(layer.name, f"ImageData source {listing!r} lists no images")
+            number, line = lines[0]
+            first = line.rsplit(" ", 1)[0]
             # Caffe concatenates root_folder and the path as strings.
-            image = tf.io.decode_image(tf.io.read_file(p.root_folder + first)).numpy()
+            try:
+                image = tf.io.decode_image(tf.io.read_file(p.root_folder + first)).numpy()
+            except tf.errors.OpError as err:
+                raise LayerError(layer.name, f"{listing}:{number}: cannot read image "
+                                 f"{p.root_folder + first!r} ({err.message})") from None
             height, width = image.shape[0], image.shape[1]
         return [(p.batch_size, *cropped(layer, channels, height, width)), (p.batch_size,)]
 

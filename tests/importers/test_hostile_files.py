@@ -1,0 +1,327 @@
+"""Broken and hostile files (issue 18's reproducers): every one ends in the
+package's own error naming the file and what is wrong, before a value is
+read, and no file makes keras-caffe read another file.
+
+Each case builds the file the fuzzer found (or the smallest one with the
+same defect) with h5py and reads it through the public readers:
+``load_weights`` (Caffe's HDF5 weights), ``load_snapshot`` (Caffe's HDF5
+solverstate and our Keras-format one) and ``Solver.restore``.
+"""
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+import keras_caffe
+from keras_caffe.errors import KerasCaffeError, LayerError, WeightsError
+from keras_caffe.importers.snapshot import SnapshotError, load_snapshot, save_snapshot
+from keras_caffe.importers.weights import load_weights
+from support import GOLDEN
+
+NET = """
+name: "tiny"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: 20 } } }
+layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1" inner_product_param { num_output: 16 } }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2" inner_product_param { num_output: 5 } }
+"""
+
+
+def weights_file(path, build):
+    """An HDF5 weights file with ``/data/ip1/{0,1}`` plus what ``build(f)`` adds."""
+    with h5py.File(path, "w") as f:
+        layer = f.create_group("data").create_group("ip1")
+        layer["0"] = np.ones((16, 20), np.float32)
+        layer["1"] = np.zeros(16, np.float32)
+        build(f)
+    return path
+
+
+def refused(path, match, error=WeightsError):
+    with pytest.raises(error, match=match) as info:
+        load_weights(path)
+    assert str(path) in str(info.value)
+    return info.value
+
+
+# -- Caffe's HDF5 weights -----------------------------------------------------------------
+
+
+def test_a_sound_file_still_loads(tmp_path):
+    weights = load_weights(weights_file(tmp_path / "w.h5", lambda f: None))
+    assert sorted(weights) == ["ip1"] and weights["ip1"][0].shape == (16, 20)
+
+
+def test_corrupt_group_structure(tmp_path):
+    """h5py's ``RuntimeError: Unable to get group info (bad symbol table
+    node signature)`` on a file whose group node was overwritten."""
+    path = weights_file(tmp_path / "w.h5", lambda f: None)
+    data = bytearray(path.read_bytes())
+    count = data.count(b"SNOD")
+    assert count >= 1
+    path.write_bytes(bytes(data.replace(b"SNOD", b"XXXX")))
+    refused(path, r"truncated or corrupt HDF5 file \(")
+
+
+def test_groups_nested_three_thousand_deep(tmp_path):
+    def build(f):
+        group = f["data"]
+        for i in range(3000):
+            group = group.create_group(f"g{i}")
+
+    refused(weights_file(tmp_path / "w.h5", build), r"nested 65 groups deep \(at most 64\)")
+
+
+def test_soft_link_to_a_parent(tmp_path):
+    def build(f):
+        f["data/ip1/loop"] = h5py.SoftLink("/data")
+
+    refused(weights_file(tmp_path / "w.h5", build),
+            r"/data/ip1/loop is a soft link \(to '/data'\): keras-caffe reads no links")
+
+
+def test_hard_link_to_a_parent(tmp_path):
+    def build(f):
+        f["data/ip1/loop"] = f["data"]
+
+    refused(weights_file(tmp_path / "w.h5", build),
+            r"/data/ip1/loop is linked a second time \(a cycle or alias in the file\)")
+
+
+def test_external_link(tmp_path):
+    other = weights_file(tmp_path / "other.h5", lambda f: None)
+
+    def build(f):
+        f["data/ip2"] = h5py.ExternalLink(str(other), "/data/ip1")
+
+    refused(weights_file(tmp_path / "w.h5", build), r"/data/ip2 is an external link")
+
+
+@pytest.mark.parametrize("dtype", [np.dtype([("a", "f4"), ("b", "i4")]), np.dtype("V8")],
+                         ids=["compound", "opaque"])
+def test_blob_of_a_type_that_is_not_numbers(tmp_path, dtype):
+    def build(f):
+        del f["data/ip1/1"]
+        f["data/ip1"].create_dataset("1", shape=(16,), dtype=dtype)
+        f["data/ip1/1"][...] = np.zeros(16, dtype)
+
+    refused(weights_file(tmp_path / "w.h5", build), r"/data/ip1/1 has type .*, not numbers")
+
+
+@pytest.mark.parametrize("elements, match", [
+    (2 ** 40, r"/data/ip2/0 \(1099511627776,\) declares 4.00 TiB, more than the .* a file "
+              r"may make keras-caffe read"),
+    (2 ** 20, r"/data/ip2/0 declares \(1048576,\) values but stores none"),
+])
+def test_declared_but_not_stored(tmp_path, elements, match):
+    """A chunked dataset declaring 2^40 (or 2^20) float32 values and storing
+    none: refused before numpy allocates anything."""
+    def build(f):
+        f.create_group("data/ip2").create_dataset("0", shape=(elements,), dtype="f4",
+                                                  chunks=(1024,))
+
+    refused(weights_file(tmp_path / "w.h5", build), match)
+
+
+def test_two_gib_declared_is_refused_whatever_the_ram(tmp_path):
+    def build(f):
+        f.create_group("data/ip2").create_dataset("0", shape=(2 ** 31,), dtype="f4",
+                                                  chunks=(2 ** 16,))
+
+    refused(weights_file(tmp_path / "w.h5", build), r"/data/ip2/0 .*declares")
+
+
+def test_external_storage_is_never_read(tmp_path):
+    """A dataset whose values live in another file: refused, naming it."""
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(16, dtype=np.float32).tobytes())
+
+    def build(f):
+        del f["data/ip1/1"]
+        f["data/ip1"].create_dataset("1", shape=(16,), dtype="f4", external=[(str(secret), 0, 64)])
+
+    refused(weights_file(tmp_path / "w.h5", build),
+            rf"/data/ip1/1 keeps its values in another file \('{secret}'\)")
+
+
+def test_blob_indices_with_a_gap(tmp_path):
+    def build(f):
+        f["data/ip1/3"] = np.zeros(2, np.float32)
+
+    refused(weights_file(tmp_path / "w.h5", build),
+            r"/data/ip1 holds blobs 3 without the ones before them")
+
+
+# -- solverstates -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def snapshot(tmp_path):
+    """A tiny compiled net and its snapshot in ``fmt``, returning (model,
+    optimizer, solverstate path) so a test can damage the file."""
+    def make(fmt):
+        model = keras_caffe.import_model(NET, phase="TRAIN")
+        optimizer = keras_caffe.SGD(0.01, momentum=0.9)
+        model.compile(optimizer=optimizer, loss="mse")
+        optimizer.build(model.trainable_variables)
+        files = save_snapshot(model, optimizer, str(tmp_path / "snap"), 0, format=fmt,
+                              state={"positions": [1]})
+        return model, optimizer, files.solverstate
+    return make
+
+
+def damage_hdf5(path, change):
+    with h5py.File(path, "r+") as f:
+        change(f)
+
+
+def restore_refused(model, optimizer, path, match):
+    before = [v.numpy().copy() for v in model.weights]
+    with pytest.raises(SnapshotError, match=match) as info:
+        load_snapshot(path, model, optimizer)
+    assert str(path) in str(info.value)
+    for v, b in zip(model.weights, before):
+        np.testing.assert_array_equal(v.numpy(), b)  # nothing changed
+
+
+def test_caffe_hdf5_solverstate_with_external_storage(snapshot, tmp_path):
+    model, optimizer, path = snapshot("caffe_hdf5")
+    other = tmp_path / "hostname"
+    other.write_bytes(b"\0" * 64 * 20 * 4)
+
+    def change(f):
+        shape = f["history/0"].shape
+        del f["history/0"]
+        f["history"].create_dataset("0", shape=shape, dtype="f4",
+                                    external=[(str(other), 0, int(np.prod(shape)) * 4)])
+
+    damage_hdf5(path, change)
+    restore_refused(model, optimizer, path, r"/history/0 keeps its values in another file")
+
+
+def test_caffe_hdf5_solverstate_history_declaring_a_tebibyte(snapshot):
+    model, optimizer, path = snapshot("caffe_hdf5")
+
+    def change(f):
+        del f["history/1"]
+        f["history"].create_dataset("1", shape=(2 ** 40,), dtype="f4", chunks=(4096,))
+
+    damage_hdf5(path, change)
+    restore_refused(model, optimizer, path, r"/history/1 \(1099511627776,\) declares 4.00 TiB")
+
+
+def test_caffe_hdf5_solverstate_iteration_out_of_range(snapshot):
+    model, optimizer, path = snapshot("caffe_hdf5")
+
+    def change(f):
+        del f["iter"]
+        f["iter"] = np.array([1e300])
+
+    damage_hdf5(path, change)
+    restore_refused(model, optimizer, path, r"/iter is 1e\+300, expected an integer in \[0, 2\^31\)")
+
+
+def test_keras_solverstate_variable_declaring_a_tebibyte(snapshot):
+    model, optimizer, path = snapshot("keras")
+
+    def change(f):
+        group = f["optimizer_variables"]
+        name = next(iter(group))
+        while isinstance(group[name], h5py.Group):
+            group = group[name]
+            name = next(iter(group))
+        del group[name]
+        group.create_dataset(name, shape=(2 ** 40,), dtype="f4", chunks=(4096,))
+
+    damage_hdf5(path, change)
+    restore_refused(model, optimizer, path, r"declares 4.00 TiB")
+
+
+def test_keras_solverstate_state_through_a_soft_link(snapshot):
+    model, optimizer, path = snapshot("keras")
+
+    def change(f):
+        del f["state"]
+        f["state"] = h5py.SoftLink("/model_fingerprint")
+
+    damage_hdf5(path, change)
+    restore_refused(model, optimizer, path, r"/state is a link: keras-caffe reads no links")
+
+
+# -- the extra state ----------------------------------------------------------------------
+
+
+def _set_extra(path, edit):
+    with h5py.File(path, "r+") as f:
+        extra = json.loads(f["keras_caffe_state"][()].split(b"\0", 1)[0])
+        extra = edit(extra)
+        del f["keras_caffe_state"]
+        f["keras_caffe_state"] = np.bytes_(json.dumps(extra).encode() + b"\0")
+
+
+def test_extra_state_that_is_not_a_dict(snapshot):
+    """``/keras_caffe_state`` whose ``state`` is -0.5: ``TypeError: 'float'
+    object is not iterable`` before; now the file and the key."""
+    model, optimizer, path = snapshot("caffe_hdf5")
+    _set_extra(path, lambda extra: {**extra, "state": -0.5})
+    restore_refused(model, optimizer, path, r"corrupt keras-caffe state: 'state' is -0.5")
+
+
+def test_extra_state_with_a_bad_checksum_type(snapshot):
+    model, optimizer, path = snapshot("caffe_hdf5")
+    _set_extra(path, lambda extra: {**extra, "weights_sha256": 12})
+    restore_refused(model, optimizer, path, r"'weights_sha256' is 12")
+
+
+def solver_folder(tmp_path):
+    case = tmp_path / "sgd"
+    shutil.copytree(GOLDEN / "solvers" / "sgd", case, ignore=shutil.ignore_patterns("bin_run"))
+    return case
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("train_batches", 1e308, r"'train_batches' is 1e\+308, expected an integer in \[0, 2\^62\]"),
+    ("train_batches", -3, r"'train_batches' is -3"),
+    ("train_batches", 2 ** 70, r"'train_batches' is 1180591620717411303424"),
+    ("test_batches", [1, 2, 3], r"'test_batches' is \[1, 2, 3\], expected a list of 0 integers"),
+    ("rng", {"x": [1.5, 2]}, r"'rng' is \{'x': \[1.5, 2\]\}"),
+    ("version", 99, r"solver state version 99: this keras-caffe reads version 1"),
+])
+def test_solver_state_is_checked_before_it_changes_anything(tmp_path, monkeypatch, key, value,
+                                                             match):
+    """A data position of 1e308 gave tf.data's ``ValueError: Can't convert
+    Python sequence with out-of-range integer``; now the Solver refuses the
+    snapshot, naming the file and the key, with the net untouched."""
+    monkeypatch.chdir(solver_folder(tmp_path))
+    solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None,
+                                snapshot_format="caffe_hdf5")
+    solver.step(2)
+    files = solver.snapshot()
+    _set_extra(files.solverstate, lambda extra: {**extra, "state": {**extra["state"],
+                                                                     key: value}})
+    again = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
+    before = [v.numpy().copy() for v in again.net.weights]
+    with pytest.raises(SnapshotError, match=match) as info:
+        again.restore(files.solverstate)
+    assert files.solverstate in str(info.value)
+    assert again.iter == 0
+    for v, b in zip(again.net.weights, before):
+        np.testing.assert_array_equal(v.numpy(), b)
+
+
+# -- data sources -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layer", [
+    'type: "ImageData" image_data_param { source: "SRC" batch_size: 2 }',
+    'type: "HDF5Data" hdf5_data_param { source: "SRC" batch_size: 2 }',
+])
+def test_a_list_source_that_is_a_directory(tmp_path, monkeypatch, layer):
+    (tmp_path / "adir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    net = f'layer {{ name: "data" {layer.replace("SRC", "adir")} top: "data" top: "label" }}'
+    with pytest.raises(KerasCaffeError, match=r"layer 'data'.*adir") as info:
+        keras_caffe.import_model(net, phase="TRAIN")
+    assert isinstance(info.value, LayerError)
