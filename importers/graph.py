@@ -25,6 +25,7 @@ from keras_caffe.errors import (
 )
 from keras_caffe.importers.layer_types import base as layer_types, python_layer
 from keras_caffe.importers.layer_types.base import ShapeState, fmt
+from keras_caffe.importers.memory_budget import MemoryBudget
 from keras_caffe.importers.registry import registered_types
 from keras_caffe.importers.sharing import ParamSharing
 from keras_caffe.layers import CaffeBlobs
@@ -236,6 +237,7 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     """
     _check_types(net, source)
     ctx = Context(data_format, phase, source)
+    ctx.memory = MemoryBudget()
     ctx.batchnorm_scale = _batchnorm_scale_pairs(net, outputs or ())
     ctx.input_shapes = {top: tuple(shape) for top, shape in (input_shapes or {}).items()}
     ctx.skipped_fields = dict(fork_fields or {})
@@ -363,6 +365,7 @@ def _convert(unit, layer, bottoms, ctx, state):
         ctx.shapes = layer_types.run_shapes(unit, layer, ctx.bottom_shapes, state)
         for i, blob in enumerate(ctx.shapes.weights):
             ctx.check_size(layer, layer_types.count(blob), what=f"weight blob {i}")
+        ctx.memory.check(layer, ctx.bottom_shapes, ctx.shapes)
     try:
         tops = unit.build(layer, bottoms, ctx)
         ctx.sharing.check_applied(layer)

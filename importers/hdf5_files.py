@@ -24,6 +24,8 @@ import contextlib
 
 import numpy as np
 
+from keras_caffe.lms_graph import fmt_bytes as _fmt
+
 #: The deepest group nesting walked (a layer name with 63 slashes).
 MAX_DEPTH = 64
 #: The longest text dataset read (a net's JSON state, a file name).
@@ -235,10 +237,3 @@ def _type_name(ds):
 def _first_line(err):
     lines = str(err).strip().splitlines()
     return lines[0] if lines else type(err).__name__
-
-
-def _fmt(nbytes):
-    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if nbytes >= size:
-            return f"{nbytes / size:.2f} {unit}"
-    return f"{int(nbytes)} bytes"

@@ -256,7 +256,7 @@ def check_hard_limit(graph, batch, limit, where):
 
 
 def fmt_bytes(n):
-    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{int(n)} B"
