@@ -1,0 +1,118 @@
+"""Crash consistency of snapshots under a real SIGKILL at every step of a
+snapshot write (issue 18), not only between snapshots.
+
+A child process trains the golden SGD case 10 iterations, snapshots, trains
+10 more, and snapshots again, killing itself with SIGKILL just before the
+k-th file-system step of that second snapshot: each of its two files is
+written as mkstemp, the data, fsync, rename, directory fsync, so k = 1..8
+covers the empty temporary file, the written-but-unsynced one, the renamed
+weights beside no solverstate (the half pair), and the renamed solverstate
+before its directory is synced. After each kill:
+
+- every snapshot file present under its own name is complete: each
+  solverstate ``list_snapshots`` reports loads, and a lone weights file of
+  the half pair loads too; what is incomplete is only ever a hidden
+  ``.tmp-`` file, never a name keras-caffe or Caffe would read;
+- ``latest_snapshot`` is iteration 10 until the second solverstate is
+  renamed (k = 8: iteration 20), and resuming from it to iteration 20 gives
+  the uninterrupted run's weights bit for bit.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+import keras_caffe
+from keras_caffe.importers.snapshot import latest_snapshot, list_snapshots, load_snapshot
+from keras_caffe.importers.snapshot_io import TEMP_PREFIX
+from keras_caffe.importers.weights import load_weights
+from support import GOLDEN
+
+CHILD = r"""
+import os, signal, sys, tempfile
+import keras_caffe
+from keras_caffe.importers import snapshot_io
+
+fmt, kill_at = sys.argv[1], int(sys.argv[2])
+solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None,
+                            snapshot_format=fmt)
+solver.step(10)
+solver.snapshot()
+solver.step(10)
+steps = [0]
+
+def counted(real):
+    def step(*args, **kwargs):
+        steps[0] += 1
+        if steps[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return step
+
+snapshot_io.tempfile.mkstemp = counted(tempfile.mkstemp)
+snapshot_io.fsync_file = counted(snapshot_io.fsync_file)
+snapshot_io.os.replace = counted(os.replace)
+snapshot_io.fsync_directory = counted(snapshot_io.fsync_directory)
+solver.snapshot()
+print("STEPS", steps[0])
+"""
+FORMATS = {"caffe": range(1, 9), "caffe_hdf5": (2, 4, 6, 8), "keras": (1, 3, 5, 7, 8)}
+CASES = [(fmt, k) for fmt, points in FORMATS.items() for k in points]
+
+
+def _case(tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(GOLDEN / "solvers" / "sgd", folder, ignore=shutil.ignore_patterns("bin_run"))
+    return folder
+
+
+def _weights(solver):
+    return [v.numpy() for v in solver.net.weights]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = _case(tmp_path_factory.mktemp("whole"))
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
+        solver.step(20)
+        return _weights(solver)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("fmt, kill_at", CASES)
+def test_sigkill_during_a_snapshot_write(fmt, kill_at, tmp_path, monkeypatch, uninterrupted):
+    folder = _case(tmp_path)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
+               PYTHONWARNINGS="ignore")
+    run = subprocess.run([sys.executable, "-c", CHILD, fmt, str(kill_at)], cwd=folder, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == -signal.SIGKILL, run.stdout[-2000:] + run.stderr[-2000:]
+    snap = folder / "bin_run"
+    names = sorted(p.name for p in snap.iterdir())
+    complete = list_snapshots(str(snap / "snap"))
+    assert [s.iteration for s in complete] == ([10, 20] if kill_at == 8 else [10])
+    monkeypatch.chdir(folder)
+    probe = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
+    for files in complete:  # each complete pair loads
+        load_snapshot(files.solverstate, probe.net, probe.optimizer)
+    named = [n for n in names if not n.startswith(TEMP_PREFIX)]
+    listed = {os.path.basename(p) for s in complete for p in (s.weights, s.solverstate)}
+    for name in sorted(set(named) - listed):  # the half pair's weights, renamed complete
+        assert kill_at >= 4 and "iter_20" in name and "solverstate" not in name, names
+        if fmt != "keras":
+            assert set(load_weights(snap / name)) == {"ip1", "ip2"}
+    resumed = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
+    resumed.restore(latest_snapshot(str(snap / "snap")).solverstate)
+    resumed.step(20 - resumed.iter)
+    for a, b in zip(_weights(resumed), uninterrupted):
+        np.testing.assert_array_equal(a, b)
