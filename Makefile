@@ -2,10 +2,11 @@
 #   make demo          install into .venv, run examples/demo.py and a short LeNet `keras-caffe train`
 #   make test          install into .venv (newest TensorFlow) and run the whole suite, then the
 #                      kernel-sensitive tests again with the other CPU kernels (oneDNN / Eigen)
-#   make test-compat   the suite in .venv-tf218 (TensorFlow 2.18 + Horovod 0.28.1 built with
-#                      Gloo) with the CPU kernels TensorFlow does not pick by default
+#                      (Horovod 0.28.1 built first with `keras-caffe install-horovod`)
+#   make test-compat   the suite in .venv-tf216 (the oldest TensorFlow setup.cfg allows, + Horovod)
+#                      with the CPU kernels TensorFlow does not pick by default
 #   make bench         benchmarks/ (not part of the tests)
-#   make bench-horovod benchmarks/allreduce_overhead.py in .venv-tf218 (needs Horovod)
+#   make bench-horovod benchmarks/allreduce_overhead.py in .venv (builds Horovod)
 #   make proto         regenerate keras_caffe/proto/caffe_pb2.py from caffe.proto
 
 PYTHON ?= python3
@@ -15,8 +16,16 @@ VENV ?= .venv
 # the extra, which must leave it alone (issue 13).
 TF_SPEC ?=
 EXTRAS ?= test,lmdb,leveldb,plots
+# HOROVOD=1: `install` builds Horovod too (`test` always does, unless TEST_HOROVOD=0;
+# `demo` never needs it).
 HOROVOD ?= 0
-HOROVOD_SPEC ?= horovod==0.28.1
+TEST_HOROVOD ?= 1
+# The oldest TensorFlow setup.cfg allows (test-compat).
+TF_FLOOR_SPEC ?= tensorflow-cpu==2.16.2
+TF_FLOOR_VENV ?= .venv-tf216
+# Horovod 0.28.1's sdist, downloaded once; `keras-caffe install-horovod` checks its sha256.
+HOROVOD_CACHE ?= $(HOME)/.cache/keras-caffe
+HOROVOD_SDIST = $(HOROVOD_CACHE)/horovod-0.28.1.tar.gz
 BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -49,23 +58,29 @@ endif
 		{ echo "$(VENV): $$n TensorFlow distributions installed, expected 1 (issue 13): rm -rf $(VENV) and run make again" >&2; exit 1; }
 	touch $@
 
-# Horovod 0.28.1 compiles against the TensorFlow in the venv (hence
-# --no-build-isolation; TensorFlow <= 2.18 only) and needs the XLA headers'
-# Debian dependencies. Gloo only, no MPI. See ../shared/notes/horovod-build.md.
-HOROVOD_APT = cmake g++ libhighwayhash-dev libfarmhash-dev
-$(VENV)/.horovod: $(VENV)/.deps
+$(HOROVOD_SDIST): | $(BIN)/python
+	mkdir -p $(HOROVOD_CACHE)
+	$(BIN)/pip download --quiet --no-deps --no-binary :all: --dest $(HOROVOD_CACHE) horovod==0.28.1
+
+# Horovod 0.28.1 built by the package's own command (docs/horovod.md): the
+# sdist, sha256-checked and patched, compiled against the venv's TensorFlow
+# (pip --no-deps --no-build-isolation), Gloo only. Rebuilt when the patch
+# set changes. The command checks cmake/make/g++/Python.h itself.
+HOROVOD_APT = cmake make g++
+$(VENV)/.horovod: $(VENV)/.deps $(HOROVOD_SDIST) $(wildcard keras_caffe/horovod_build/*.py)
 	@dpkg -s $(HOROVOD_APT) >/dev/null 2>&1 || \
 		($(SUDO) apt-get update && $(SUDO) apt-get install -y $(HOROVOD_APT))
-	HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-	HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-j$$(nproc) \
-		$(BIN)/pip install --quiet --no-build-isolation "$(HOROVOD_SPEC)"
-	$(BIN)/python -c 'import horovod.tensorflow as hvd; assert hvd.gloo_built(), "Horovod built without Gloo"'
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation --force-reinstall . && rm -rf build
+	$(BIN)/keras-caffe install-horovod --sdist $(HOROVOD_SDIST) --jobs $$(nproc)
 	touch $@
 
 ifeq ($(HOROVOD),1)
 INSTALL_DEPS = $(VENV)/.deps $(VENV)/.horovod
 else
 INSTALL_DEPS = $(VENV)/.deps
+endif
+ifeq ($(TEST_HOROVOD),1)
+TEST_DEPS = $(VENV)/.horovod
 endif
 
 # The package itself, rebuilt from the working tree every time (not editable:
@@ -86,14 +101,15 @@ demo: install
 # imported); OTHER_ONEDNN is TF_ENABLE_ONEDNN_OPTS for the other family.
 KERNELS = cd / && TF_CPP_MIN_LOG_LEVEL=3 $(abspath $(BIN))/python -m keras_caffe.kernels 2>/dev/null
 OTHER_ONEDNN = [ "$$($(KERNELS))" = oneDNN ] && echo 0 || echo 1
-PYTEST = KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(HOROVOD) $(BIN)/pytest
+PYTEST = KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(TEST_HOROVOD) \
+	KERAS_CAFFE_HOROVOD_SDIST=$(HOROVOD_SDIST) $(BIN)/pytest
 # test: TensorFlow's default kernels, then the kernel-sensitive tests (marker
 # `kernels`: convolution family, LMS, golden parity) with the other family.
 # SUITE_KERNELS=other (test-compat) runs the suite with the other family.
 SUITE_KERNELS ?= default
 SUITE_ARGS ?=
 
-test: install
+test: $(TEST_DEPS) install
 ifeq ($(SUITE_KERNELS),other)
 	@other=$$($(OTHER_ONEDNN)); \
 	echo "== the suite with the other CPU kernels: TF_ENABLE_ONEDNN_OPTS=$$other (TensorFlow's default here: $$($(KERNELS)))"; \
@@ -106,13 +122,14 @@ else
 	TF_ENABLE_ONEDNN_OPTS=$$other $(PYTEST) -m kernels
 endif
 
-# TensorFlow 2.18 (protobuf 5, tensorflow-cpu) with Horovod: the whole suite
-# with the CPU kernels TensorFlow does not pick here, so that with `make test`
-# every test runs under both families. Less YellowFin's no-tuning experiment
-# (marker `slow`, 4-5 minutes of training whose claim is about the algorithm,
-# not the TensorFlow version), which `make test` runs.
+# The oldest TensorFlow setup.cfg allows (2.16: protobuf 4, NumPy 1), with
+# Horovod built by the same command: the whole suite with the CPU kernels
+# TensorFlow does not pick here, so that with `make test` every test runs
+# under both families. Less YellowFin's no-tuning experiment (marker `slow`,
+# 4-5 minutes of training whose claim is about the algorithm, not the
+# TensorFlow version), which `make test` runs.
 test-compat:
-	$(MAKE) --no-print-directory test VENV=.venv-tf218 TF_SPEC="tensorflow-cpu==2.18.1" HOROVOD=1 \
+	$(MAKE) --no-print-directory test VENV=$(TF_FLOOR_VENV) TF_SPEC="$(TF_FLOOR_SPEC)" \
 		SUITE_KERNELS=other SUITE_ARGS='-m "not slow"'
 
 bench: install
@@ -125,8 +142,8 @@ bench: install
 	$(BIN)/python benchmarks/lms_tradeoff.py
 
 bench-horovod:
-	$(MAKE) --no-print-directory install VENV=.venv-tf218 TF_SPEC="tensorflow-cpu==2.18.1" HOROVOD=1
-	.venv-tf218/bin/python benchmarks/allreduce_overhead.py
+	$(MAKE) --no-print-directory install HOROVOD=1
+	$(BIN)/python benchmarks/allreduce_overhead.py
 
 # protoc 25 (grpcio-tools 1.62.3) writes gencode without a runtime version
 # check, which loads under protobuf 4.x to 7.x: every TensorFlow we support.
@@ -136,4 +153,4 @@ proto:
 	.venv-protoc/bin/python -m grpc_tools.protoc -I. --python_out=. keras_caffe/proto/caffe.proto
 
 clean:
-	rm -rf build dist *.egg-info .venv .venv-tf218 .venv-protoc $(LENET)/digits_*_lmdb $(LENET)/snapshots
+	rm -rf build dist *.egg-info .venv .venv-tf216 .venv-tf218 .venv-protoc $(LENET)/digits_*_lmdb $(LENET)/snapshots

@@ -3,7 +3,7 @@
     python benchmarks/allreduce_overhead.py [--batch 32] [--steps 20] [--warmup 5]
                                             [--threads 1] [--nets cifar_quick,resnet20,mlp60]
 
-Needs Horovod (``make test-compat``'s TensorFlow 2.18 environment). One run
+Needs Horovod (``keras-caffe install-horovod``; ``make bench-horovod`` builds it in .venv). One run
 launches ``horovodrun -np 2 -H localhost:2 --gloo`` and then a single
 process (np=1, where ``DistributedOptimizer`` reduces nothing) on the same
 per-worker batch, for three nets:

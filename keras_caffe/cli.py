@@ -9,6 +9,7 @@
     horovodrun -np 4 keras-caffe train --solver solver.prototxt [--scale-lr --warmup-iters 500]
     keras-caffe train --solver solver.prototxt --lms 1000 --lms-frac 0.4
     keras-caffe time --model train_val.prototxt --iterations 50
+    keras-caffe install-horovod [--dry-run] [--sdist horovod-0.28.1.tar.gz] [--gpu auto|nccl|none]
 
 Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
 """
@@ -117,7 +118,30 @@ def _parser():
     tim.add_argument("--data-format", default="channels_last",
                      choices=["channels_last", "channels_first"])
     tim.add_argument("--jit", choices=["auto", "on", "off"], default="auto")
+    _install_horovod_parser(sub)
     return parser
+
+
+def _install_horovod_parser(sub):
+    hvd = sub.add_parser(
+        "install-horovod", help="build Horovod 0.28.1 (Gloo) against the installed TensorFlow",
+        description="Download Horovod 0.28.1's sdist, check its sha256, apply keras-caffe's "
+                    "patches and build it into this Python against the TensorFlow installed "
+                    "here (2.16 to 2.21), with Gloo (and NCCL when TensorFlow, a CUDA "
+                    "toolkit and nccl.h are there). TensorFlow is never reinstalled.")
+    hvd.add_argument("--dry-run", action="store_true",
+                     help="print the plan (TensorFlow, patches, environment, GPU) and stop")
+    hvd.add_argument("--sdist", metavar="PATH",
+                     help="a local horovod-0.28.1.tar.gz instead of downloading it")
+    hvd.add_argument("--gpu", choices=["auto", "nccl", "none"], default="auto",
+                     help="auto (default): NCCL when TensorFlow is a CUDA build and nvcc and "
+                          "nccl.h are found; nccl: require it; none: Gloo only")
+    hvd.add_argument("--jobs", "-j", type=int, help="parallel compile jobs (default: the CPUs)")
+    hvd.add_argument("--any-tensorflow", action="store_true",
+                     help="build even for a TensorFlow outside 2.16-2.21 (untested)")
+    hvd.add_argument("--keep-build-dir", action="store_true",
+                     help="keep the temporary build directory (always kept on failure)")
+    hvd.add_argument("--verbose", action="store_true", help="show the compiler's output")
 
 
 def _jit(value):
@@ -284,8 +308,14 @@ def _usage(message):
     return KerasCaffeError(message)
 
 
+def _cmd_install_horovod(args):
+    from keras_caffe import horovod_build
+
+    return horovod_build.main(args)
+
+
 COMMANDS = {"import": _cmd_import, "analyze": _cmd_analyze, "train": _cmd_train,
-            "time": _cmd_time}
+            "time": _cmd_time, "install-horovod": _cmd_install_horovod}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -91,6 +91,13 @@ class DistributedError(KerasCaffeError):
     arguments), or a worker was lost during a collective."""
 
 
+class HorovodBuildError(KerasCaffeError):
+    """``keras-caffe install-horovod`` cannot build Horovod: a missing tool, a
+    TensorFlow outside the tested range, an sdist whose sha256 is not the
+    pinned one, a patch that does not match the source (naming the file and
+    the edit), or a failed compile (naming the log)."""
+
+
 class TensorFlowRequirementError(ImportError):
     """``import keras_caffe`` found no TensorFlow, or one older than 2.16.
 

@@ -21,8 +21,8 @@ warmed-up learning rate. ::
 Built on Horovod's TensorFlow core (``horovod.tensorflow``), not on its
 Keras wrapper, which targets tf.keras 2. This package imports without
 Horovod; what needs it raises ``HorovodUnavailableError`` with one line on
-how to install it (``pip install 'keras-caffe[horovod]'``, built with Gloo
-against TensorFlow <= 2.18).
+how to install it (``keras-caffe install-horovod``: Horovod 0.28.1 patched
+and built with Gloo against the installed TensorFlow, 2.16 to 2.21).
 """
 
 from keras_caffe.distributed._hvd import HorovodUnavailableError

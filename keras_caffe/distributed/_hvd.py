@@ -5,9 +5,8 @@ import sys
 
 INSTALL_HINT = (
     "keras_caffe.distributed needs Horovod 0.28.1 built for TensorFlow with Gloo: "
-    "apt-get install cmake g++ libhighwayhash-dev libfarmhash-dev, then "
-    "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
-    "pip install --no-build-isolation 'keras-caffe[horovod]' (TensorFlow <= 2.18)"
+    "run `keras-caffe install-horovod` (builds it against the installed TensorFlow "
+    "2.16 to 2.21; needs cmake, make, g++)"
 )
 
 

@@ -3,9 +3,9 @@
 ``horovodrun(args, np=2)`` starts ``horovodrun -np N -H localhost:N --gloo``
 with this interpreter, bounded by a timeout (a hang fails the test). Tests
 that need Horovod call ``require_horovod()``: it skips where Horovod is not
-installed (the newest-TensorFlow environment, which Horovod 0.28.1 cannot
-build against) unless ``KERAS_CAFFE_EXPECT_HOROVOD=1``, which CI's
-TensorFlow 2.18 environment sets: there a missing Horovod fails.
+installed unless ``KERAS_CAFFE_EXPECT_HOROVOD=1``, which ``make test`` and
+``make test-compat`` set (both build Horovod with ``keras-caffe
+install-horovod``): there a missing Horovod fails.
 """
 
 import importlib.util
@@ -31,7 +31,7 @@ def require_horovod():
         return
     if os.environ.get("KERAS_CAFFE_EXPECT_HOROVOD") == "1":
         pytest.fail("Horovod is not installed but KERAS_CAFFE_EXPECT_HOROVOD=1")
-    pytest.skip("Horovod not installed (it builds against TensorFlow <= 2.18: make test-compat)")
+    pytest.skip("Horovod not installed (keras-caffe install-horovod builds it; make test does)")
 
 
 def horovodrun_exe():

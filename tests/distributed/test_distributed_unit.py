@@ -1,7 +1,7 @@
 """keras_caffe.distributed in one process, with and without Horovod installed.
 
-Runs in both environments: the newest TensorFlow (no Horovod) and TensorFlow
-2.18 with Horovod. Nothing here initializes Horovod in the test process
+Runs with and without Horovod installed (``make test`` and ``make
+test-compat`` build it; a venv without it runs the same file). Nothing here initializes Horovod in the test process
 (``kd.init`` would make it a one-worker job for every later test); what needs
 Horovod missing runs in a child process where ``import horovod`` is blocked
 (``sys.modules['horovod'] = None``). The real multi-process collectives are
@@ -222,7 +222,7 @@ def test_without_horovod(without_horovod):
         # the hint, then Python's own words on the failed import
         assert message.startswith(f"{INSTALL_HINT} (") and message.endswith(")")
         assert "horovod" in message[len(INSTALL_HINT):]
-    assert "pip install --no-build-isolation 'keras-caffe[horovod]'" in INSTALL_HINT
+    assert "run `keras-caffe install-horovod`" in INSTALL_HINT
 
 
 # -- reduce_gradients before init ----------------------------------------------------------
