@@ -99,7 +99,7 @@ def save_snapshot(model, optimizer, prefix, iteration=None, *, format="keras", s
     state_json = encode_state(owner, state)
     optimizer = _unwrapped(optimizer)
     _ensure_built(model, optimizer)
-    current = int(optimizer.iterations)
+    current = int(optimizer.iterations.numpy())
     iteration = current if iteration is None else check_int(owner, "iteration", iteration)
     if iteration != current:
         raise ArgumentError(owner, "iteration", f"is {iteration} but optimizer.iterations is "

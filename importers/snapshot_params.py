@@ -171,7 +171,7 @@ def reset_accumulation(optimizer):
     micro-step counter is ``iterations * iter_size``."""
     step = getattr(optimizer, "_micro_step", None)
     if step is not None:
-        step.assign(int(optimizer.iterations) * optimizer.iter_size)
+        step.assign(int(optimizer.iterations.numpy()) * optimizer.iter_size)
         for total in optimizer._accumulators:
             total.assign(keras.ops.zeros_like(total))
 
@@ -179,4 +179,4 @@ def reset_accumulation(optimizer):
 def pending_accumulation(optimizer):
     """True between the micro-batches of one iteration (iter_size > 1)."""
     step = getattr(optimizer, "_micro_step", None)
-    return step is not None and int(step) % optimizer.iter_size != 0
+    return step is not None and int(step.numpy()) % optimizer.iter_size != 0

@@ -7,6 +7,8 @@
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 1,2,4,8 --device-flops 6.1T
     keras-caffe train --solver solver.prototxt [--snapshot x_iter_N.solverstate] [--weights w.caffemodel]
     horovodrun -np 4 keras-caffe train --solver solver.prototxt [--scale-lr --warmup-iters 500]
+    keras-caffe train --solver solver.prototxt --gpu 0,1        (or --gpu all: MirroredStrategy)
+    keras-caffe train --solver solver.prototxt --cpu-devices 2 --devices CPU:0,CPU:1
     keras-caffe train --solver solver.prototxt --lms 1000 --lms-frac 0.4
     keras-caffe time --model train_val.prototxt --iterations 50
     keras-caffe install-horovod [--dry-run] [--sdist horovod-0.28.1.tar.gz] [--gpu auto|nccl|none]
@@ -103,6 +105,16 @@ def _parser():
     train.add_argument("--lms-frac", type=float, metavar="F",
                        help="with --lms: only when the net's predicted activations exceed F x "
                             "the device's memory")
+    train.add_argument("--gpu", "-gpu", metavar="IDS",
+                       help="Caffe's -gpu: GPU ids (0,1) or 'all'; several train in this "
+                            "process with tf.distribute.MirroredStrategy, each on the net's batch "
+                            "(global batch x the number of GPUs)")
+    train.add_argument("--devices", metavar="NAMES",
+                       help="TensorFlow devices to train on, comma-separated (CPU:0,CPU:1 or "
+                            "GPU:0,GPU:1); several: MirroredStrategy, as --gpu")
+    train.add_argument("--cpu-devices", type=int, metavar="N",
+                       help="split the CPU into N logical devices CPU:0..CPU:N-1 before "
+                            "TensorFlow starts (to run --devices on a machine without GPUs)")
     train.add_argument("--warmup-iters", type=int, default=0,
                        help="with --scale-lr: reach the scaled rate linearly over this many "
                             "iterations")
@@ -177,10 +189,65 @@ def _lms_log(enabled):
         logger.setLevel(level)
 
 
+def _train_devices(args):
+    """The devices of ``--gpu`` / ``--devices`` (None: the solver file's
+    choice), after ``--cpu-devices`` split the CPU."""
+    from keras_caffe import distributed
+
+    if args.gpu is not None and args.devices is not None:
+        raise _usage("--gpu and --devices are alternatives: give one")
+    if args.cpu_devices is not None:
+        _split_cpu(args.cpu_devices)
+    if args.gpu is None and args.devices is None:
+        return None
+    if distributed.launched():
+        raise _usage(f"{'--gpu' if args.gpu is not None else '--devices'} under horovodrun: use "
+                     "one engine at a time (horovodrun gives each worker one GPU; --gpu trains "
+                     "on several GPUs in one process)")
+    if args.devices is not None:
+        return [d.strip() for d in args.devices.split(",") if d.strip()]
+    return _gpus(args.gpu)
+
+
+def _gpus(text):
+    """Caffe's ``-gpu`` list (``0,1`` or ``all``) as TensorFlow device names."""
+    import tensorflow as tf
+
+    found = [int(d.name.rsplit(":", 1)[1]) for d in tf.config.list_logical_devices("GPU")]
+    if text.strip() == "all":
+        if not found:
+            raise _usage("--gpu all: no GPU found")
+        return [f"GPU:{i}" for i in found]
+    try:
+        ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise _usage(f"--gpu {text}: give GPU ids (0 or 0,1) or 'all'") from None
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise _usage(f"--gpu {text}: no GPU {', '.join(map(str, missing))}; GPUs found: "
+                     f"{', '.join(map(str, found)) or 'none'}")
+    return [f"GPU:{i}" for i in ids]
+
+
+def _split_cpu(count):
+    """``count`` logical CPU devices; must run before TensorFlow starts."""
+    import tensorflow as tf
+
+    if count < 1:
+        raise _usage(f"--cpu-devices must be >= 1, got {count}")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    except RuntimeError:
+        raise _usage("--cpu-devices: TensorFlow has already started its devices") from None
+
+
 def _train(args, lms):
     from keras_caffe import distributed
     from keras_caffe.solver import Solver
 
+    devices = _train_devices(args)
     if distributed.launched():  # started by horovodrun: data-parallel
         try:
             distributed.init()
@@ -189,7 +256,8 @@ def _train(args, lms):
             return 1
     with Solver(args.solver, weights=args.weights, log=args.log, data_format=args.data_format,
                 snapshot_format=args.snapshot_format, jit_compile=_jit(args.jit),
-                scale_lr=args.scale_lr, warmup_iters=args.warmup_iters, lms=lms) as solver:
+                scale_lr=args.scale_lr, warmup_iters=args.warmup_iters, lms=lms,
+                devices=devices) as solver:
         solver.solve(resume_file=args.snapshot)
     return 0
 

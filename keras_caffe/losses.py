@@ -8,6 +8,7 @@ channels-last image predictions, 1 for (N, C) ones).
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_caffe._serializable import register  # noqa: E402
@@ -31,6 +32,17 @@ class _CaffeLoss(keras.losses.Loss):
     def __init__(self, name=None, **kwargs):
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum", **kwargs)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        """Caffe's loss; inside a replica of a ``tf.distribute`` strategy with
+        ``R`` replicas, divided by ``R`` as Keras's mean losses are, so the sum
+        of the replicas' gradients is the global batch's (Keras reports the
+        loss multiplied back by ``R``)."""
+        value = super().__call__(y_true, y_pred, sample_weight)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1 and not tf.distribute.in_cross_replica_context():
+            value = value * ops.cast(1.0 / replicas, value.dtype)
+        return value
 
 
 @register

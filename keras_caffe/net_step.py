@@ -14,6 +14,11 @@ XLA-compiled; the loop over iterations and the reads from the ``tf.data``
 iterator run in a second ``tf.function`` around it, as Keras's own
 ``steps_per_execution`` does, so Python is entered once per ``k``
 iterations.
+
+``mirrored_train_function`` is the same loop under a
+``tf.distribute.MirroredStrategy``: each device runs its own batches (Caffe's
+``-gpu 0,1``), sums its ``iter_size`` passes' gradients itself and the
+optimizer reduces the devices' sums once per iteration.
 """
 
 import tensorflow as tf
@@ -72,8 +77,11 @@ class NetOutputs:
                 entry.fn.update_state(label, pred)
                 value = ops.cast(entry.fn.result(), "float32")
             values.append(value)
+        share = 1.0 if tf.distribute.in_cross_replica_context() else \
+            1.0 / tf.distribute.get_strategy().num_replicas_in_sync
         for extra in self.model.losses:  # Keras regularizers, if a user added any
-            total = total + ops.cast(extra, "float32")
+            # divided among the replicas, as Keras's fit does (Caffe's losses divide themselves)
+            total = total + ops.cast(extra, "float32") * share
         return total, values
 
 
@@ -180,6 +188,67 @@ def _add(total, grad):
     if total is None or grad is None:
         return grad if total is None else total
     return tf.convert_to_tensor(total) + tf.convert_to_tensor(grad)
+
+
+def mirrored_train_function(outputs, optimizer, iter_size, jit_compile, strategy):
+    """``run(iterators, k)`` as ``train_function``'s, under ``strategy`` (a
+    ``MirroredStrategy`` of ``R`` devices): ``iterators`` holds one data
+    stream per device. Per iteration each device reads ``iter_size``
+    batches of its own stream, runs forward/backward on them (its Caffe
+    losses divided by ``R``, see ``keras_caffe.losses``) and sums their
+    gradients; ``optimizer.apply_summed`` then reduces the devices' sums once
+    (Caffe's P2PSync / NCCL all-reduce per iteration) and updates every
+    device's copy. The losses are the global batch's (the devices' sum of
+    their scaled losses); an Accuracy output is the devices' mean. With
+    ``jit_compile`` each device's forward/backward is its own XLA program
+    (the reduction and update are not compiled: a merge of the replicas
+    cannot sit inside one)."""
+    model = outputs.model
+    variables = model.trainable_variables
+    count = len(outputs.entries)
+    replicas = strategy.num_replicas_in_sync
+    is_loss = tf.constant([e.is_loss for e in outputs.entries])
+
+    def gradients(batch):
+        with tf.GradientTape() as tape:
+            loss, values = outputs(batch, training=True)
+        return loss, tf.stack(values), tape.gradient(loss, variables)
+
+    # One compiled function per device: a trace runs on its device's variables.
+    per_device = [tf.function(gradients, jit_compile=True) for _ in range(replicas)] \
+        if jit_compile else None
+
+    def replica_iteration(batches):
+        step = gradients
+        if per_device is not None:
+            context = tf.distribute.get_replica_context()
+            step = per_device[tf.get_static_value(context.replica_id_in_sync_group)]
+        total = tf.constant(0.0)
+        sums = None
+        for batch in batches:
+            loss, last, grads = step(batch)
+            total += loss
+            sums = list(grads) if sums is None else [_add(s, g) for s, g in zip(sums, grads)]
+        optimizer.apply_summed(sums, variables)
+        return total, last
+
+    @tf.function
+    def run(iterators, k):
+        losses = tf.TensorArray(tf.float32, size=k)
+        values = tf.TensorArray(tf.float32, size=k, element_shape=(count,))
+        for i in tf.range(k):
+            read = [[next(it) for _ in range(iter_size)] for it in iterators]
+            batches = strategy.experimental_distribute_values_from_function(
+                lambda context: read[context.replica_id_in_sync_group])
+            total, last = strategy.run(replica_iteration, args=(batches,))
+            total = strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
+            summed = strategy.reduce(tf.distribute.ReduceOp.SUM, last, axis=None)
+            mean = strategy.reduce(tf.distribute.ReduceOp.MEAN, last, axis=None)
+            losses = losses.write(i, total / iter_size)
+            values = values.write(i, tf.where(is_loss, summed, mean))
+        return losses.stack(), values.stack()
+
+    return run
 
 
 def test_function(outputs, jit_compile):

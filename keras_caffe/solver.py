@@ -31,8 +31,17 @@ rank 0 alone logs and snapshots, as Caffe's root solver does. Each worker
 runs the tests on the whole test set (same weights, same numbers; Caffe
 tests on the root solver only). The global batch is ``P`` times the net's
 batch; the rate is the solver file's unless ``scale_lr`` is given.
+
+With ``devices=[...]`` (``keras-caffe train --gpu 0,1``) one process trains
+on several devices under ``tf.distribute.MirroredStrategy``, as Caffe's
+``caffe train -gpu 0,1`` does: device ``d`` of ``D`` reads the training
+batches ``d, d + D, ...`` (so ``D`` devices with batch ``B`` read what one
+device with batch ``D B`` reads), the devices' gradients are summed once per
+iteration before Caffe's update (``keras_caffe.optimizers.replicas``), and
+the tests run on the first device. Not with Horovod (one engine at a time).
 """
 
+import contextlib
 import os
 import sys
 import time
@@ -43,9 +52,11 @@ import tensorflow as tf
 from keras_caffe import solver_state
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 from keras_caffe.distributed.faults import failures
-from keras_caffe.errors import KerasCaffeError, SolverError, WeightsError
+from keras_caffe.errors import (ArgumentError, DistributedError, KerasCaffeError, SolverError,
+                                WeightsError)
 from keras_caffe.importers.data_errors import pipeline_errors
-from keras_caffe.net_step import NetOutputs, resolve_jit, test_function, train_function
+from keras_caffe.net_step import (NetOutputs, mirrored_train_function, resolve_jit,
+                                  test_function, train_function)
 from keras_caffe.proto import caffe_pb2
 from keras_caffe.random_state import random_states, restore_random_states
 
@@ -84,12 +95,17 @@ class Solver:
             ``warmup_iters`` iterations (``keras_caffe.distributed.ScaledLearningRate``).
         lms: a ``keras_caffe.LMS`` (Large Model Support) for the train net;
             default: the enclosing ``with keras_caffe.LMS(...)`` block's, if any.
+        devices: TensorFlow device names (``["GPU:0", "GPU:1"]``,
+            ``["CPU:0", "CPU:1"]`` with logical CPU devices) to train on with
+            ``tf.distribute.MirroredStrategy``, each running the net's batch;
+            one name: that device alone. Default: the solver file's
+            ``solver_mode`` / ``device_id``.
     """
 
     def __init__(self, solver, *, weights=None, data_format="channels_last", arrays=None,
                  log="caffe", stream=None, jit_compile="auto", snapshot_format=None,
                  shard_index=None, num_shards=None, distributed="auto", scale_lr=False,
-                 warmup_iters=0, lms=None):
+                 warmup_iters=0, lms=None, devices=None):
         from keras_caffe.distributed.context import worker
         from keras_caffe.importers.solver import read_solver
 
@@ -110,6 +126,16 @@ class Solver:
             shard_index, num_shards = self.worker.rank, self.worker.size
         self._shard = (shard_index, num_shards)
         self._check_param()
+        self.devices = _resolve_devices(devices)
+        if len(self.devices) > 1 and self.distributed:
+            raise DistributedError(
+                f"Solver: devices={list(devices)} (tf.distribute.MirroredStrategy) under Horovod "
+                f"with {self.worker.size} workers: use one engine at a time (horovodrun with one "
+                "device per worker, or several devices in one process)")
+        if len(self.devices) > 1 and (lms is not None or _lms_current() is not None):
+            raise ArgumentError("Solver", "lms", "is not supported with several devices")
+        self._strategy = tf.distribute.MirroredStrategy(self.devices) \
+            if len(self.devices) > 1 else None
         self.seed = p.random_seed if p.random_seed >= 0 else int.from_bytes(os.urandom(4), "little") >> 1
         if self.distributed:
             from keras_caffe.distributed.state import broadcast_object
@@ -119,7 +145,9 @@ class Solver:
         self._jit = resolve_jit(jit_compile)
         keras.utils.set_random_seed(self.seed)
         train, tests = self._net_sources()
-        self._train = self._import(train, "TRAIN", p.train_state if p.HasField("train_state") else None)
+        with self._scope():
+            self._train = self._import(train, "TRAIN",
+                                       p.train_state if p.HasField("train_state") else None)
         self.net = self._train.model
         self._attach_lms(lms)
         self._train_outputs = NetOutputs(self.net)
@@ -128,13 +156,15 @@ class Solver:
         self._test_outputs = [NetOutputs(m) for m in self.test_nets]
         if weights:
             self.copy_from(weights)
-        self.optimizer = self._make_optimizer(scale_lr, warmup_iters)
         from keras_caffe.importers.training import training_args
 
-        self.net.compile(optimizer=self.optimizer, jit_compile=self._jit, **training_args(self.net))
-        self.optimizer.build(self.net.trainable_variables)
+        with self._scope():
+            self.optimizer = self._make_optimizer(scale_lr, warmup_iters)
+            self.net.compile(optimizer=self.optimizer, jit_compile=self._jit,
+                             **training_args(self.net))
+            self.optimizer.build(self.net.trainable_variables)
         self._shared = [self._shared_variables(m) for m in self.test_nets]
-        self._train_pipe = self._pipeline(self._train, "TRAIN", self._shard)
+        self._train_pipes = self._train_pipelines()
         self._test_pipes = [self._pipeline(t, "TEST", (0, 1)) for t in self._tests]
         self._tests_done = 0
         self._open_streams(train_batches=0, test_batches=[0] * len(self._tests))
@@ -144,8 +174,12 @@ class Solver:
 
             reduce = DistributedOptimizer(self.optimizer).reduce_gradients
             broadcast_state(self.net, self.optimizer)
-        self._run = train_function(self._train_outputs, self.optimizer, p.iter_size, self._jit,
-                                   reduce=reduce)
+        if self._strategy is not None:
+            self._run = mirrored_train_function(self._train_outputs, self.optimizer, p.iter_size,
+                                                self._jit, self._strategy)
+        else:
+            self._run = train_function(self._train_outputs, self.optimizer, p.iter_size,
+                                       self._jit, reduce=reduce)
         self._run_tests = [test_function(o, self._jit) for o in self._test_outputs]
         self._smoothed = SmoothedLoss(p.average_loss, 0)
         self.snapshot_format = snapshot_format or _FORMATS[p.snapshot_format]
@@ -155,6 +189,9 @@ class Solver:
         if self._log:
             workers = (f", {self.worker.size} workers (Horovod), global batch x{self.worker.size}"
                        if self.distributed else "")
+            if self._strategy is not None:
+                workers = (f", {len(self.devices)} devices (MirroredStrategy: "
+                           f"{', '.join(self.devices)}), global batch x{len(self.devices)}")
             self._log.info(f"Solver scaffolding done ({self._device}, XLA "
                            f"{'on' if self._jit else 'off'}, random_seed {self.seed}{workers}).",
                            "solver.cpp:57")
@@ -164,7 +201,7 @@ class Solver:
     def close(self):
         """Release the data streams (tf.data iterators and their database
         handles). The Solver cannot train after this."""
-        self._train_stream = None
+        self._train_streams = []
         self._test_streams = []
 
     def __enter__(self):
@@ -238,9 +275,7 @@ class Solver:
         if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0):
             self.snapshot()
         if p.display and self.iter % p.display == 0:
-            with pipeline_errors():
-                loss, _ = self._train_outputs(next(self._train_stream), training=True)
-            self._smoothed.update(float(loss), self.iter)
+            self._smoothed.update(self._extra_loss(), self.iter)
         final = self.smoothed_loss if p.display and self.iter % p.display == 0 else None
         if p.test_interval and self.iter % p.test_interval == 0:
             self.test_all()
@@ -264,7 +299,7 @@ class Solver:
                 self.test_all()
             k = self._chunk(it, stop)
             with tf.device(self._device), pipeline_errors(), failures(lambda: f"iteration {it}"):
-                losses, values = self._run(self._train_stream, tf.constant(k))
+                losses, values = self._run(self._train_input(), tf.constant(k))
             losses, values = losses.numpy(), values.numpy()
             for i in range(k):
                 self._smoothed.update(losses[i], it + i)
@@ -294,6 +329,13 @@ class Solver:
             if every:
                 ends.append((it // every + 1) * every)
         return max(1, min(ends) - it)
+
+    def _extra_loss(self):
+        """The loss of one more batch (of each device's), for Caffe's last display."""
+        with tf.device(self._device), pipeline_errors():
+            losses = [float(self._train_outputs(next(stream), training=True)[0])
+                      for stream in self._train_streams]
+        return sum(losses) / len(losses)
 
     @property
     def smoothed_loss(self):
@@ -359,7 +401,7 @@ class Solver:
         if state.get("version") == _STATE_VERSION:
             if state.get("seed") != self.seed:
                 self.seed = state["seed"]
-                self._train_pipe = self._pipeline(self._train, "TRAIN", self._shard)
+                self._train_pipes = self._train_pipelines()
                 self._test_pipes = [self._pipeline(t, "TEST", (0, 1)) for t in self._tests]
             self._tests_done = state["tests_done"]
             restore_random_states(self.net, state.get("rng", {}))
@@ -400,7 +442,17 @@ class Solver:
         if p.iter_size < 1:
             raise SolverError(self.source, f"iter_size must be >= 1, got {p.iter_size}")
 
+    def _scope(self):
+        """The MirroredStrategy's scope with several devices; else nothing."""
+        return self._strategy.scope() if self._strategy is not None else contextlib.nullcontext()
+
+    def _train_input(self):
+        """What the train function reads: one stream, or one per device."""
+        return self._train_streams if self._strategy is not None else self._train_streams[0]
+
     def _choose_device(self):
+        if self.devices:
+            return self.devices[0]  # the first device runs the tests and holds the sum
         gpus = tf.config.list_logical_devices("GPU")
         if self.param.solver_mode == caffe_pb2.SolverParameter.GPU and gpus:
             index = self.param.device_id if self.param.HasField("device_id") else 0
@@ -536,11 +588,60 @@ class Solver:
                             data_format=self._data_format, seed=self.seed, arrays=self._arrays,
                             shard_index=shard[0], num_shards=shard[1])
 
+    def _train_pipelines(self):
+        """One training pipeline per device (device ``d`` of ``D`` reads
+        batches ``d, d + D, ...``), or this worker's share under Horovod."""
+        if self._strategy is None:
+            return [self._pipeline(self._train, "TRAIN", self._shard)]
+        count = len(self.devices)
+        return [self._pipeline(self._train, "TRAIN", (d, count)) for d in range(count)]
+
     def _open_streams(self, train_batches, test_batches):
-        self._train_stream = iter(self._train_pipe.dataset(start_batch=train_batches))
+        """Open the data streams at these positions (each device's own
+        batches for the training streams)."""
+        self._train_streams = [iter(pipe.dataset(start_batch=train_batches))
+                               for pipe in self._train_pipes]
         self._test_batches = list(test_batches)
         self._test_streams = [iter(pipe.dataset(start_batch=n))
                               for pipe, n in zip(self._test_pipes, self._test_batches)]
+
+
+def _lms_current():
+    from keras_caffe import lms as lms_module
+
+    return lms_module.current()
+
+
+def _resolve_devices(devices):
+    """``devices`` as the full names of TensorFlow's logical devices (``[]``
+    for None); names that match no device raise ``ArgumentError`` naming
+    them and the devices found."""
+    if devices is None:
+        return []
+    if isinstance(devices, str) or not all(isinstance(d, str) for d in devices) or not devices:
+        raise ArgumentError("Solver", "devices", f"must be a non-empty list of device names "
+                                                 f"such as ['GPU:0', 'GPU:1'], got {devices!r}")
+    found = {_device_key(d.name): d.name for d in tf.config.list_logical_devices()}
+    missing = [d for d in devices if _device_key(d) not in found]
+    if missing:
+        raise ArgumentError("Solver", "devices", f"{', '.join(missing)}: no such device; "
+                                                 f"devices found: {_found_text(found.values())}")
+    resolved = [found[_device_key(d)] for d in devices]
+    if len(set(resolved)) != len(resolved):
+        raise ArgumentError("Solver", "devices", f"lists a device twice: {list(devices)}")
+    return resolved
+
+
+def _device_key(name):
+    try:
+        spec = tf.DeviceSpec.from_string(name if "/" in name else f"/device:{name}")
+    except (ValueError, TypeError):
+        return None
+    return (spec.device_type or "").upper(), spec.device_index or 0
+
+
+def _found_text(names):
+    return ", ".join(n.split("device:")[-1] for n in names) or "none"
 
 
 def _single():

@@ -16,14 +16,19 @@
 
 Subclasses implement ``update_step`` with the solver's formula, using
 ``local_rate`` (the schedule's rate times the variable's ``lr_mult``).
+
+Under ``tf.distribute.MirroredStrategy`` with several replicas the pipeline
+runs once per update on the sum of the replicas' gradients (the global
+batch's), in cross-replica context: see ``keras_caffe.optimizers.replicas``.
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_caffe._checks import check_int, check_number
-from keras_caffe.errors import ArgumentError, KerasCaffeError
-from keras_caffe.optimizers import multipliers
+from keras_caffe.errors import ArgumentError, DistributedError, KerasCaffeError
+from keras_caffe.optimizers import multipliers, replicas
 
 # Keras options whose semantics differ from Caffe's, with what to use instead.
 _REFUSED = {
@@ -164,10 +169,20 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         if prepared is None:
             return super().apply(grads, trainable_variables)  # Keras's own error
         grads, variables = prepared
+        context = replicas.replicated_replica_context()
+        if context is not None:  # each replica's sum: one reduction, then one update
+            return context.merge_call(self._replicated_apply_summed, args=(grads,),
+                                      kwargs={"variables": variables})
         result = self.update_from_sum(grads, variables)
         if self.iter_size > 1:
             self._micro_step.assign_add(self.iter_size)
         return result
+
+    def _replicated_apply_summed(self, strategy, grads, variables):
+        with tf.device(replicas.root(strategy)):
+            self.update_from_sum(replicas.sum_to_root(strategy, grads), variables)
+            if self.iter_size > 1:
+                self._micro_step.assign_add(self.iter_size)
 
     def _prepare(self, grads, trainable_variables):
         """``(grads, variables)`` for Caffe's pipeline: built, frozen
@@ -213,7 +228,20 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         per update, on the summed gradients before clipping, as Caffe's
         multi-GPU solvers reduce each iteration's diffs before
         ``ApplyUpdate``; so ``iter_size`` passes send one update's bytes. A
-        subclass may run it elsewhere (YellowFin compiles it with XLA)."""
+        subclass may run it elsewhere (YellowFin compiles it with XLA).
+
+        Inside ``strategy.run`` of a ``tf.distribute`` strategy with several
+        replicas (``model.fit`` under ``MirroredStrategy``), one
+        ``merge_call`` runs all of it in cross-replica context, the
+        replicas' gradients summed once per update (``replicas``)."""
+        context = replicas.replicated_replica_context()
+        if context is not None:
+            if reduce is not None:
+                raise DistributedError(
+                    f"{type(self).__name__}: Horovod's all-reduce and a tf.distribute strategy "
+                    f"with {replicas.count()} replicas together: use one engine at a time")
+            return context.merge_call(self._replicated_caffe_apply, args=(grads,),
+                                      kwargs={"variables": variables})
         if self.iter_size == 1:
             return self.update_from_sum(grads if reduce is None else reduce(grads), variables)
         sums = [self.slot(self._accumulators, v) for v in variables]
@@ -232,6 +260,27 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         ops.cond(is_update, update, accumulate)
         self._micro_step.assign_add(1)
 
+    def _replicated_caffe_apply(self, strategy, grads, variables):
+        """``caffe_apply`` in cross-replica context; ``grads`` per replica."""
+        with tf.device(replicas.root(strategy)):
+            if self.iter_size == 1:
+                return self.update_from_sum(replicas.sum_to_root(strategy, grads), variables)
+            sums = [self.slot(self._accumulators, v).value for v in variables]
+
+            def accumulate():
+                for s, g in zip(sums, grads):
+                    s.assign_add(g)  # each device adds its own replica's gradient
+
+            def update():
+                accumulate()
+                self.update_from_sum(replicas.sum_to_root(strategy, sums), variables)
+                for s in sums:
+                    s.assign(tf.zeros_like(s))
+
+            is_update = ops.equal((self._micro_step + 1) % self.iter_size, 0)
+            ops.cond(is_update, update, accumulate)
+            self._micro_step.assign_add(1)
+
     def update_from_sum(self, grads, variables):
         """``apply_update`` of ``caffe_gradients``: the update from the sum of
         an iteration's ``iter_size`` gradients of built ``variables``."""
@@ -240,7 +289,14 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
     def apply_update(self, grads, variables):
         """One update from Caffe-processed gradients: Keras's ``apply``, which
         calls ``update_step`` per variable and counts ``iterations``. A
-        subclass that needs the whole gradient first (YellowFin) overrides it."""
+        subclass that needs the whole gradient first (YellowFin) overrides it.
+        In cross-replica context of several replicas, every device's copy is
+        updated with these gradients (``replicas.update_each_replica``)."""
+        if replicas.replicated_cross_replica():
+            if self.use_ema:
+                raise KerasCaffeError(f"{type(self).__name__}: use_ema is not supported with "
+                                      "several tf.distribute replicas")
+            return replicas.update_each_replica(self, grads, variables)
         return keras.optimizers.Optimizer.apply(self, grads, variables)
 
     def caffe_gradients(self, grads, variables):

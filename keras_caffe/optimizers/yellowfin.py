@@ -9,8 +9,9 @@ from keras import ops
 
 from keras_caffe._checks import check_int, check_number
 from keras_caffe._serializable import register
-from keras_caffe.errors import ArgumentError, KerasCaffeError
+from keras_caffe.errors import ArgumentError
 from keras_caffe.optimizers import yellowfin_feedback as feedback
+from keras_caffe.optimizers import replicas
 from keras_caffe.optimizers import yellowfin_tuner as tuner
 from keras_caffe.optimizers.base import CaffeOptimizer
 
@@ -72,7 +73,10 @@ class YellowFin(CaffeOptimizer):
     ``LossScaleOptimizer`` skips such steps first).
     Guards, as the authors': curvature samples are ``||g||^2 + 1e-6``, C is
     floored at 1e-6 and ``D``'s denominator is ``avg(||g||^2) + 1e-6``.
-    Not supported: ``tf.distribute`` with more than one replica.
+    Under ``tf.distribute.MirroredStrategy`` the statistics see the sum of the
+    replicas' gradients, once per update, on the first device, and every
+    device applies the same step (``keras_caffe.optimizers.replicas``); the
+    update is then not compiled by itself (one XLA program runs on one device).
 
     Cost: two passes over the parameters per update. The first reads ``g`` and
     ``avg(g)`` for ``||g||^2`` and ``||g - avg(g)||^2``, which mu and the rate
@@ -179,10 +183,6 @@ class YellowFin(CaffeOptimizer):
     def build(self, variables):
         if self.built:
             return
-        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
-            raise KerasCaffeError(
-                "YellowFin: tf.distribute with several replicas is not supported (the "
-                "statistics would see each replica's gradient, not their sum)")
         super().build(variables)
 
         def scalar(name, dtype="float32", shape=()):
@@ -229,14 +229,20 @@ class YellowFin(CaffeOptimizer):
         # step it is inlined. With ``reduce`` (an all-reduce, which has no
         # XLA kernel) the accumulation runs plainly and the update from the
         # reduced sum is the compiled part.
-        if reduce is not None or self._compiling or not self.compiles_update(variables):
+        if reduce is not None or not self._compiles_alone(variables):
             return super().caffe_apply(grads, variables, reduce)
         self._run_compiled(CaffeOptimizer.caffe_apply, grads, variables)
 
     def update_from_sum(self, grads, variables):
-        if self._compiling or not self.compiles_update(variables):
+        if not self._compiles_alone(variables):
             return super().update_from_sum(grads, variables)
         self._run_compiled(CaffeOptimizer.update_from_sum, grads, variables)
+
+    def _compiles_alone(self, variables):
+        """Whether to run the update as its own XLA program here: not when
+        already inside one, nor with several tf.distribute replicas."""
+        return (not self._compiling and replicas.count() == 1
+                and self.compiles_update(variables))
 
     def _run_compiled(self, method, grads, variables):
         """``method(self, grads, variables)`` as one XLA program, traced once
