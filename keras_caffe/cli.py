@@ -7,6 +7,7 @@
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 1,2,4,8 --device-flops 6.1T
     keras-caffe train --solver solver.prototxt [--snapshot x_iter_N.solverstate] [--weights w.caffemodel]
     horovodrun -np 4 keras-caffe train --solver solver.prototxt [--scale-lr --warmup-iters 500]
+    horovodrun -np 4 --min-np 2 --host-discovery-script hosts.sh keras-caffe train --solver s.prototxt --elastic
     keras-caffe train --solver solver.prototxt --lms 1000 --lms-frac 0.4
     keras-caffe time --model train_val.prototxt --iterations 50
 
@@ -102,6 +103,13 @@ def _parser():
     train.add_argument("--lms-frac", type=float, metavar="F",
                        help="with --lms: only when the net's predicted activations exceed F x "
                             "the device's memory")
+    train.add_argument("--elastic", action="store_true",
+                       help="under an elastic horovodrun (--min-np, --host-discovery-script): "
+                            "a lost worker is dropped and the others resume from the last "
+                            "commit; new workers join with rank 0's state")
+    train.add_argument("--commit-every", type=int, metavar="N",
+                       help="with --elastic: commit the state every N iterations (default: the "
+                            "solver's display, else snapshot, else 100)")
     train.add_argument("--warmup-iters", type=int, default=0,
                        help="with --scale-lr: reach the scaled rate linearly over this many "
                             "iterations")
@@ -129,6 +137,8 @@ def _cmd_train(args):
 
     if args.warmup_iters < 0:
         raise _usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
+    if args.commit_every is not None and (args.commit_every < 1 or not args.elastic):
+        raise _usage(f"--commit-every {args.commit_every}: needs --elastic and N >= 1")
     lms = from_cli(args.lms, args.lms_frac)
     with _lms_log(lms is not None):
         return _train(args, lms)
@@ -163,10 +173,16 @@ def _train(args, lms):
         except distributed.HorovodUnavailableError as err:
             print(f"keras-caffe: error: {str(err).splitlines()[0]}", file=sys.stderr)
             return 1
-    with Solver(args.solver, weights=args.weights, log=args.log, data_format=args.data_format,
-                snapshot_format=args.snapshot_format, jit_compile=_jit(args.jit),
-                scale_lr=args.scale_lr, warmup_iters=args.warmup_iters, lms=lms) as solver:
-        solver.solve(resume_file=args.snapshot)
+    try:
+        with Solver(args.solver, weights=args.weights, log=args.log,
+                    data_format=args.data_format, snapshot_format=args.snapshot_format,
+                    jit_compile=_jit(args.jit), scale_lr=args.scale_lr,
+                    warmup_iters=args.warmup_iters, lms=lms, elastic=args.elastic,
+                    commit_every=args.commit_every) as solver:
+            solver.solve(resume_file=args.snapshot)
+    except distributed.HorovodUnavailableError as err:  # --elastic needs Horovod
+        print(f"keras-caffe: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -58,3 +58,48 @@ def test_fit_survives_a_killed_worker(tmp_path, fit_reference):
     assert not (tmp_path / "e" / "rank1.npz").exists()
     for a, b in zip(weights(out), weights(fit_reference)):
         np.testing.assert_array_equal(a, b)
+
+
+# -- keras-caffe train --elastic ------------------------------------------------------
+
+from test_solver_distributed import caffemodel, lenet, train  # noqa: E402,F401 - fixture
+
+ELASTIC_CLI = FIT_WORKER.parent / "elastic_cli.py"
+
+
+def same_caffemodels(a, b):
+    a, b = caffemodel(a), caffemodel(b)
+    assert sorted(a) == sorted(b) == ["conv1", "conv2", "ip1", "ip2"]
+    for name in a:
+        for x, y in zip(a[name], b[name]):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_solver_survives_a_killed_worker(lenet):
+    """``keras-caffe train --elastic --commit-every 10``: rank 1 dies at the
+    chunk starting at iteration 16; rank 0 goes back to iteration 10 and
+    trains alone to 20. Its weights equal the 2-worker run's iteration-10
+    snapshot resumed by one process (``keras-caffe train --snapshot``)."""
+    hosts = discovery_script(lenet / "hosts.sh", "localhost:1", "127.0.0.1:1")
+    cwd = lenet / "elastic"
+    cwd.mkdir()
+    result = check(horovodrun_elastic(
+        [ELASTIC_CLI, "train", "--solver", lenet / "solver32.prototxt", "--log-format", "caffe",
+         "--elastic", "--commit-every", 10], hosts, cwd=cwd, env={"KILL_RANK": 1, "KILL_AT": 13}))
+    log = result.stdout
+    assert "workers: 2 -> 1, resumed from iteration 10" in log, log[-4000:]
+    assert "Optimization Done" in log
+    if not (lenet / "np2" / "snap" / "lenet_iter_10.caffemodel").exists():
+        train(lenet / "np2", lenet / "solver32.prototxt", 2)
+    resumed = lenet / "np2_then_np1"
+    resumed.mkdir()
+    (resumed / "snap").mkdir()
+    for suffix in ("caffemodel", "solverstate"):
+        name = f"lenet_iter_10.{suffix}"
+        (resumed / "snap" / name).write_bytes((lenet / "np2" / "snap" / name).read_bytes())
+    train(resumed, lenet / "solver32.prototxt", 1, "--snapshot", "snap/lenet_iter_10.solverstate")
+    # the 2-worker part is the plain 2-worker run; the rest is one process resumed
+    same_caffemodels(cwd / "snap" / "lenet_iter_10.caffemodel",
+                     lenet / "np2" / "snap" / "lenet_iter_10.caffemodel")
+    same_caffemodels(cwd / "snap" / "lenet_iter_20.caffemodel",
+                     resumed / "snap" / "lenet_iter_20.caffemodel")
