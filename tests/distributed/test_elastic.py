@@ -60,6 +60,35 @@ def test_fit_survives_a_killed_worker(tmp_path, fit_reference):
         np.testing.assert_array_equal(a, b)
 
 
+def test_fit_takes_in_a_new_worker_with_rank_0s_state(tmp_path):
+    """One worker, then a second host appears (the discovery script lists
+    127.0.0.1 once rank 0 creates a file after iteration 8, and rank 0
+    commits until Horovod reports it). The new worker starts from rank 0's
+    state (same weights checksum right after the sync), both finish with
+    the same weights, and those equal one process to iteration 8
+    (snapshot) resumed by a 2-worker job."""
+    require_horovod()
+    flag = tmp_path / "second_host"
+    hosts = discovery_script(tmp_path / "hosts.sh", "localhost:1", "127.0.0.1:1",
+                             when={"127.0.0.1": flag})
+    result = check(horovodrun_elastic(
+        [FIT_WORKER, tmp_path / "e", "--steps", STEPS, "--dropout", "--elastic",
+         "--commit-every", 5, "--join-at", 8, "--join-file", flag], hosts, np=1))
+    lines = synced(result.stdout)
+    assert lines[0][:3] == (0, 1, 0)
+    assert sorted(lines[1:]) == [(0, 2, 8, lines[1][3]), (1, 2, 8, lines[1][3])], lines
+    rank0, rank1 = np.load(tmp_path / "e" / "rank0.npz"), np.load(tmp_path / "e" / "rank1.npz")
+    assert int(rank0["iterations"]) == int(rank1["iterations"]) == STEPS
+    for a, b in zip(weights(rank0), weights(rank1)):
+        np.testing.assert_array_equal(a, b)
+    check(python([FIT_WORKER, tmp_path / "one", "--steps", 8, "--dropout",
+                  "--snapshot-every", 8]))
+    check(horovodrun([FIT_WORKER, tmp_path / "two", "--steps", STEPS, "--dropout",
+                      "--resume", tmp_path / "one" / "snap_iter_8.solverstate"]))
+    for a, b in zip(weights(rank0), weights(np.load(tmp_path / "two" / "rank0.npz"))):
+        np.testing.assert_array_equal(a, b)
+
+
 # -- keras-caffe train --elastic ------------------------------------------------------
 
 from test_solver_distributed import caffemodel, lenet, train  # noqa: E402,F401 - fixture
