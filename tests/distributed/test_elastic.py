@@ -132,3 +132,19 @@ def test_solver_survives_a_killed_worker(lenet):
                      lenet / "np2" / "snap" / "lenet_iter_10.caffemodel")
     same_caffemodels(cwd / "snap" / "lenet_iter_20.caffemodel",
                      resumed / "snap" / "lenet_iter_20.caffemodel")
+
+
+def test_elastic_flag_without_an_elastic_launch_still_stops_in_bounded_time(lenet):
+    """``--elastic`` under a plain ``horovodrun -np 2`` (no ``--min-np``):
+    Horovod cannot replace workers there, so a lost worker stops the job
+    with today's ``DistributedError`` (bounded by the timeout), and rank 0
+    says so at the start."""
+    cwd = lenet / "plain"
+    cwd.mkdir()
+    result = horovodrun([ELASTIC_CLI, "train", "--solver", lenet / "solver32.prototxt",
+                         "--log-format", "caffe", "--elastic", "--commit-every", 10], cwd=cwd,
+                        env={"KILL_RANK": 1, "KILL_AT": 13}, timeout=180)
+    assert result.returncode != 0
+    assert "--elastic: not an elastic horovodrun" in result.stdout
+    assert ("keras-caffe: error: rank 0 of 2: training stopped at iteration 16: a worker "
+            "failed or left during a Horovod collective") in result.stdout, result.stdout[-3000:]
