@@ -136,9 +136,10 @@ def test_solver_survives_a_killed_worker(lenet):
 
 def test_elastic_flag_without_an_elastic_launch_still_stops_in_bounded_time(lenet):
     """``--elastic`` under a plain ``horovodrun -np 2`` (no ``--min-np``):
-    Horovod cannot replace workers there, so a lost worker stops the job
-    with today's ``DistributedError`` (bounded by the timeout), and rank 0
-    says so at the start."""
+    Horovod cannot replace workers there, so a lost worker stops the job in
+    bounded time (the timeout), without a recovery, and rank 0 says so at
+    the start. (Rank 0's ``DistributedError`` line races with the launcher
+    terminating it, so it is not required.)"""
     cwd = lenet / "plain"
     cwd.mkdir()
     result = horovodrun([ELASTIC_CLI, "train", "--solver", lenet / "solver32.prototxt",
@@ -146,5 +147,7 @@ def test_elastic_flag_without_an_elastic_launch_still_stops_in_bounded_time(lene
                         env={"KILL_RANK": 1, "KILL_AT": 13}, timeout=180)
     assert result.returncode != 0
     assert "--elastic: not an elastic horovodrun" in result.stdout
-    assert ("keras-caffe: error: rank 0 of 2: training stopped at iteration 16: a worker "
-            "failed or left during a Horovod collective") in result.stdout, result.stdout[-3000:]
+    assert "Process 1 exit with status code 137" in result.stdout, result.stdout[-3000:]
+    assert "workers: 2 -> 1" not in result.stdout and "Optimization Done" not in result.stdout
+    assert not (cwd / "snap" / "lenet_iter_20.caffemodel").exists()
+    assert (cwd / "snap" / "lenet_iter_10.caffemodel").exists()
