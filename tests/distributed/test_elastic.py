@@ -134,6 +134,35 @@ def test_solver_survives_a_killed_worker(lenet):
                      resumed / "snap" / "lenet_iter_20.caffemodel")
 
 
+def test_solver_takes_in_a_new_worker_with_rank_0s_state(lenet):
+    """One worker; at the commit of iteration 10 a second host appears and
+    its worker joins with rank 0's state; the run ends equal to one process
+    snapshotted at 10 and resumed by two (which it cannot unless the joiner
+    started from rank 0's weights and data positions)."""
+    flag = lenet / "second_host"
+    hosts = discovery_script(lenet / "hosts_join.sh", "localhost:1", "127.0.0.1:1",
+                             when={"127.0.0.1": flag})
+    cwd = lenet / "joined"
+    cwd.mkdir()
+    result = check(horovodrun_elastic(
+        [ELASTIC_CLI, "train", "--solver", lenet / "solver32.prototxt", "--log-format", "caffe",
+         "--elastic", "--commit-every", 10], hosts, np=1, cwd=cwd,
+        env={"JOIN_AT": 10, "JOIN_FILE": flag}))
+    assert "workers: 1 -> 2, resumed from iteration 10" in result.stdout, result.stdout[-4000:]
+    one = lenet / "np1_32"
+    train(one, lenet / "solver32.prototxt", 1)
+    resumed = lenet / "np1_then_np2"
+    (resumed / "snap").mkdir(parents=True)
+    for suffix in ("caffemodel", "solverstate"):
+        name = f"lenet_iter_10.{suffix}"
+        (resumed / "snap" / name).write_bytes((one / "snap" / name).read_bytes())
+    train(resumed, lenet / "solver32.prototxt", 2, "--snapshot", "snap/lenet_iter_10.solverstate")
+    same_caffemodels(cwd / "snap" / "lenet_iter_10.caffemodel",
+                     one / "snap" / "lenet_iter_10.caffemodel")
+    same_caffemodels(cwd / "snap" / "lenet_iter_20.caffemodel",
+                     resumed / "snap" / "lenet_iter_20.caffemodel")
+
+
 def test_elastic_flag_without_an_elastic_launch_still_stops_in_bounded_time(lenet):
     """``--elastic`` under a plain ``horovodrun -np 2`` (no ``--min-np``):
     Horovod cannot replace workers there, so a lost worker stops the job in
