@@ -184,3 +184,19 @@ def test_cli_commit_every_needs_elastic(capsys):
     assert main(["train", "--solver", "s.prototxt", "--commit-every", "5"]) == 2
     assert capsys.readouterr().err.strip() == (
         "keras-caffe: error: --commit-every 5: needs --elastic and N >= 1")
+
+
+def test_without_horovod_elastic_says_how_to_install(tmp_path):
+    """``kd.elastic`` needs Horovod: without it, one ``HorovodUnavailableError``
+    naming the install command; the rest of the package and ElasticCommit import."""
+    from hvd_support import check, python
+
+    from keras_caffe.distributed._hvd import INSTALL_HINT
+
+    child = ("import sys\nsys.modules['horovod'] = None\n"
+             "import keras_caffe.distributed as kd\n"
+             "from keras_caffe.callbacks import ElasticCommit\n"
+             "try:\n    kd.elastic\nexcept kd.HorovodUnavailableError as err:\n"
+             "    print('ERR', err)\n")
+    out = check(python(["-c", child], cwd=tmp_path)).stdout
+    assert f"ERR {INSTALL_HINT} (" in out, out
