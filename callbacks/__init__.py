@@ -8,12 +8,15 @@
   log parsers and plotting scripts.
 - ``BroadcastGlobalState``, ``MetricAverage``: data-parallel ``fit`` under
   Horovod (``keras_caffe.distributed``); snapshots and logs come from rank 0.
+- ``ElasticCommit``: commit an elastic state (``keras_caffe.distributed.elastic``)
+  every N iterations, for ``fit`` under ``horovodrun --min-np``.
 """
 
 from keras_caffe.callbacks.caffe_logger import CaffeLogger
 from keras_caffe.callbacks.distributed import BroadcastGlobalState, MetricAverage
+from keras_caffe.callbacks.elastic import ElasticCommit
 from keras_caffe.callbacks.snapshot import CaffeSnapshot, restore_snapshot
 from keras_caffe.callbacks.yellowfin import YellowFinMonitor
 
 __all__ = ["CaffeLogger", "CaffeSnapshot", "restore_snapshot", "YellowFinMonitor",
-           "BroadcastGlobalState", "MetricAverage"]
+           "BroadcastGlobalState", "MetricAverage", "ElasticCommit"]

@@ -9,6 +9,7 @@
     horovodrun -np 4 keras-caffe train --solver solver.prototxt [--scale-lr --warmup-iters 500]
     keras-caffe train --solver solver.prototxt --gpu 0,1        (or --gpu all: MirroredStrategy)
     keras-caffe train --solver solver.prototxt --cpu-devices 2 --devices CPU:0,CPU:1
+    horovodrun -np 4 --min-np 2 --host-discovery-script h.sh keras-caffe train --solver s --elastic
     keras-caffe train --solver solver.prototxt --lms 1000 --lms-frac 0.4
     keras-caffe time --model train_val.prototxt --iterations 50
     keras-caffe install-horovod [--dry-run] [--sdist horovod-0.28.1.tar.gz] [--gpu auto|nccl|none]
@@ -115,6 +116,13 @@ def _parser():
     train.add_argument("--cpu-devices", type=int, metavar="N",
                        help="split the CPU into N logical devices CPU:0..CPU:N-1 before "
                             "TensorFlow starts (to run --devices on a machine without GPUs)")
+    train.add_argument("--elastic", action="store_true",
+                       help="under an elastic horovodrun (--min-np, --host-discovery-script): "
+                            "a lost worker is dropped and the others resume from the last "
+                            "commit; new workers join with rank 0's state")
+    train.add_argument("--commit-every", type=int, metavar="N",
+                       help="with --elastic: commit the state every N iterations (default: the "
+                            "solver's display, else snapshot, else 100)")
     train.add_argument("--warmup-iters", type=int, default=0,
                        help="with --scale-lr: reach the scaled rate linearly over this many "
                             "iterations")
@@ -165,6 +173,8 @@ def _cmd_train(args):
 
     if args.warmup_iters < 0:
         raise _usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
+    if args.commit_every is not None and (args.commit_every < 1 or not args.elastic):
+        raise _usage(f"--commit-every {args.commit_every}: needs --elastic and N >= 1")
     lms = from_cli(args.lms, args.lms_frac)
     with _lms_log(lms is not None):
         return _train(args, lms)
@@ -254,11 +264,16 @@ def _train(args, lms):
         except distributed.HorovodUnavailableError as err:
             print(f"keras-caffe: error: {str(err).splitlines()[0]}", file=sys.stderr)
             return 1
-    with Solver(args.solver, weights=args.weights, log=args.log, data_format=args.data_format,
-                snapshot_format=args.snapshot_format, jit_compile=_jit(args.jit),
-                scale_lr=args.scale_lr, warmup_iters=args.warmup_iters, lms=lms,
-                devices=devices) as solver:
-        solver.solve(resume_file=args.snapshot)
+    try:
+        with Solver(args.solver, weights=args.weights, log=args.log,
+                    data_format=args.data_format, snapshot_format=args.snapshot_format,
+                    jit_compile=_jit(args.jit), scale_lr=args.scale_lr,
+                    warmup_iters=args.warmup_iters, lms=lms, devices=devices,
+                    elastic=args.elastic, commit_every=args.commit_every) as solver:
+            solver.solve(resume_file=args.snapshot)
+    except distributed.HorovodUnavailableError as err:  # --elastic needs Horovod
+        print(f"keras-caffe: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -39,6 +39,12 @@ batches ``d, d + D, ...`` (so ``D`` devices with batch ``B`` read what one
 device with batch ``D B`` reads), the devices' gradients are summed once per
 iteration before Caffe's update (``keras_caffe.optimizers.replicas``), and
 the tests run on the first device. Not with Horovod (one engine at a time).
+
+With ``elastic=True`` (``keras-caffe train --elastic`` under ``horovodrun
+--min-np ... --host-discovery-script ...``) a lost worker does not stop
+the job: the state is committed every ``commit_every`` iterations, and the
+survivors go back to the last commit, re-shard the data for the new number
+of workers and continue (``keras_caffe.distributed.elastic_solver``).
 """
 
 import contextlib
@@ -100,12 +106,16 @@ class Solver:
             ``tf.distribute.MirroredStrategy``, each running the net's batch;
             one name: that device alone. Default: the solver file's
             ``solver_mode`` / ``device_id``.
+        elastic: under an elastic ``horovodrun``, recover from lost workers
+            and take in new ones (``solve`` commits every ``commit_every``
+            iterations; default: ``display``, else ``snapshot``, else 100).
     """
 
     def __init__(self, solver, *, weights=None, data_format="channels_last", arrays=None,
                  log="caffe", stream=None, jit_compile="auto", snapshot_format=None,
                  shard_index=None, num_shards=None, distributed="auto", scale_lr=False,
-                 warmup_iters=0, lms=None, devices=None):
+                 warmup_iters=0, lms=None, devices=None, elastic=False,
+                 commit_every=None):
         from keras_caffe.distributed.context import worker
         from keras_caffe.importers.solver import read_solver
 
@@ -116,9 +126,13 @@ class Solver:
                                   f"{distributed!r}")
         self.param, self.source = read_solver(solver)
         p = self.param
+        self.elastic = _elastic_option(elastic, commit_every, shard_index, num_shards)
+        self.commit_every = commit_every or p.display or p.snapshot or MAX_CHUNK
+        self._on_commit = None  # set while elastic training runs
         self.worker = worker() if distributed == "auto" else _single()
         self.distributed = self.worker.size > 1
         self._log = CaffeLog(stream, enabled=self.worker.is_chief) if log == "caffe" else None
+        self._log_mode = log
         self._progress = log == "progress" and self.worker.is_chief
         self._data_format = data_format
         self._arrays = arrays
@@ -137,7 +151,7 @@ class Solver:
         self._strategy = tf.distribute.MirroredStrategy(self.devices) \
             if len(self.devices) > 1 else None
         self.seed = p.random_seed if p.random_seed >= 0 else int.from_bytes(os.urandom(4), "little") >> 1
-        if self.distributed:
+        if self.distributed and not self.elastic:  # elastic: the first sync does it
             from keras_caffe.distributed.state import broadcast_object
 
             self.seed = broadcast_object(self.seed)  # one data order and init for all workers
@@ -168,18 +182,11 @@ class Solver:
         self._test_pipes = [self._pipeline(t, "TEST", (0, 1)) for t in self._tests]
         self._tests_done = 0
         self._open_streams(train_batches=0, test_batches=[0] * len(self._tests))
-        reduce = None
-        if self.distributed:
-            from keras_caffe.distributed import DistributedOptimizer, broadcast_state
+        if self.distributed and not self.elastic:
+            from keras_caffe.distributed import broadcast_state
 
-            reduce = DistributedOptimizer(self.optimizer).reduce_gradients
             broadcast_state(self.net, self.optimizer)
-        if self._strategy is not None:
-            self._run = mirrored_train_function(self._train_outputs, self.optimizer, p.iter_size,
-                                                self._jit, self._strategy)
-        else:
-            self._run = train_function(self._train_outputs, self.optimizer, p.iter_size,
-                                       self._jit, reduce=reduce)
+        self._build_train_step()
         self._run_tests = [test_function(o, self._jit) for o in self._test_outputs]
         self._smoothed = SmoothedLoss(p.average_loss, 0)
         self.snapshot_format = snapshot_format or _FORMATS[p.snapshot_format]
@@ -270,7 +277,12 @@ class Solver:
             self._log.solving(self.net.name, self.param.lr_policy or "fixed")
         if resume_file:
             self.restore(resume_file)
-        self.step(self.param.max_iter - self.iter)
+        if self.elastic:
+            from keras_caffe.distributed.elastic_solver import train_elastic
+
+            train_elastic(self)
+        else:
+            self.step(self.param.max_iter - self.iter)
         p = self.param
         if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0):
             self.snapshot()
@@ -317,6 +329,8 @@ class Solver:
                                                   ("lr", self.optimizer.rate_at(self.iter - 1))])
             if p.snapshot and self.iter % p.snapshot == 0:
                 self.snapshot()
+            if self._on_commit is not None and self.iter % self.commit_every == 0:
+                self._on_commit()
 
     def _chunk(self, it, stop):
         """Iterations until the next point where Python must act: a display
@@ -325,7 +339,7 @@ class Solver:
         ends = [stop, it + MAX_CHUNK]
         if p.display:
             ends.append((it // p.display) * p.display + (p.display if it % p.display else 0) + 1)
-        for every in (p.test_interval, p.snapshot):
+        for every in (p.test_interval, p.snapshot, self.commit_every if self.elastic else 0):
             if every:
                 ends.append((it // every + 1) * every)
         return max(1, min(ends) - it)
@@ -393,6 +407,7 @@ class Solver:
 
         if self._log:
             self._log.restoring(path)
+
         def check(stored):  # before the snapshot changes anything
             solver_state.check(path, stored, len(self._tests), _STATE_VERSION)
 
@@ -414,7 +429,7 @@ class Solver:
                             if t > 0 or p.test_initialization)
             self._tests_done = tests
             self._open_streams(it * p.iter_size, [tests * n for n in p.test_iter])
-        if self.distributed:  # rank 0's state everywhere, each worker its own RNG stream
+        if self.distributed and not self.elastic:  # rank 0's state everywhere, own RNG stream
             from keras_caffe.distributed import broadcast_state
 
             broadcast_state(self.net, self.optimizer)
@@ -429,6 +444,21 @@ class Solver:
         }
 
     # -- building ------------------------------------------------------------------
+
+    def _build_train_step(self):
+        """The compiled train step for this world: with the gradient
+        all-reduce when more than one worker runs."""
+        if self._strategy is not None:  # several devices in this process
+            self._run = mirrored_train_function(self._train_outputs, self.optimizer,
+                                                self.param.iter_size, self._jit, self._strategy)
+            return
+        reduce = None
+        if self.distributed:
+            from keras_caffe.distributed import DistributedOptimizer
+
+            reduce = DistributedOptimizer(self.optimizer).reduce_gradients
+        self._run = train_function(self._train_outputs, self.optimizer, self.param.iter_size,
+                                   self._jit, reduce=reduce)
 
     def _check_param(self):
         p = self.param
@@ -642,6 +672,19 @@ def _device_key(name):
 
 def _found_text(names):
     return ", ".join(n.split("device:")[-1] for n in names) or "none"
+
+
+def _elastic_option(elastic, commit_every, shard_index, num_shards):
+    if not isinstance(elastic, bool):
+        raise KerasCaffeError(f"Solver: elastic must be True or False, got {elastic!r}")
+    if commit_every is not None and (isinstance(commit_every, bool) or not isinstance(
+            commit_every, int) or commit_every < 1):
+        raise KerasCaffeError(f"Solver: commit_every must be an integer >= 1, got "
+                              f"{commit_every!r}")
+    if elastic and (shard_index is not None or num_shards is not None):
+        raise KerasCaffeError("Solver: elastic training shards the data by the workers' ranks, "
+                              "which change; do not give shard_index / num_shards")
+    return elastic
 
 
 def _single():

@@ -18,6 +18,12 @@ warmed-up learning rate. ::
     $ horovodrun -np 16 -H host1:8,host2:8 --gloo python train.py
     $ horovodrun -np 16 ... keras-caffe train --solver solver.prototxt
 
+Elastic training (a lost worker is dropped, the others carry on from the
+last commit; a new worker joins with rank 0's state): ``kd.elastic``
+(``KerasState``, ``run``; imported on first use, it needs Horovod) and
+``keras-caffe train --elastic`` under ``horovodrun --min-np ...
+--host-discovery-script ...``.
+
 Built on Horovod's TensorFlow core (``horovod.tensorflow``), not on its
 Keras wrapper, which targets tf.keras 2. This package imports without
 Horovod; what needs it raises ``HorovodUnavailableError`` with one line on
@@ -50,6 +56,17 @@ from keras_caffe.distributed.state import (
     offset_seeds,
 )
 from keras_caffe.errors import DistributedError
+
+
+def __getattr__(name):
+    # ``kd.elastic``: imported on first use (it imports Horovod's elastic
+    # machinery, so needs Horovod; the rest of the package does not).
+    if name == "elastic":
+        import importlib
+
+        return importlib.import_module("keras_caffe.distributed.elastic")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "init", "worker", "Worker", "rank", "size", "local_rank", "is_chief", "active", "launched",

@@ -48,3 +48,12 @@ def initialized(owner=None):
         raise DistributedError(f"{prefix}Horovod is not initialized: call "
                                "keras_caffe.distributed.init() first")
     return hvd
+
+
+def horovod_elastic():
+    """``horovod.common.elastic`` (Horovod's elastic ``State`` and ``run_fn``;
+    no TensorFlow, no Keras), or ``HorovodUnavailableError``."""
+    try:
+        return importlib.import_module("horovod.common.elastic")
+    except ImportError as err:
+        raise HorovodUnavailableError(f"{INSTALL_HINT} ({err})") from None

@@ -8,6 +8,11 @@ Horovod's own reason. The job then ends in bounded time: the failing
 collective returns at once, and ``horovodrun`` stops the remaining
 workers. Snapshots are written atomically by rank 0, so the last one
 complete before the failure is intact.
+
+Under ``keras_caffe.distributed.elastic.run`` (``horovodrun --min-np``) a
+lost worker is recovered from instead: inside ``recoverable()``,
+``failures()`` lets the error through unchanged for ``run`` to restore the
+last commit and carry on with the survivors.
 """
 
 import contextlib
@@ -19,6 +24,8 @@ from keras_caffe.errors import DistributedError
 
 #: Words in the errors a lost peer causes (TensorFlow ops and Horovod's own).
 _MARKERS = ("Horovod", "horovod", "gloo", "Gloo")
+#: How many ``recoverable()`` blocks are open (elastic training).
+_recovering = [0]
 
 
 def is_worker_failure(err):
@@ -56,10 +63,21 @@ def failures(where=None):
     try:
         yield
     except Exception as err:  # noqa: BLE001 - re-raised unless it is a worker loss
-        if not is_worker_failure(err):
+        if _recovering[0] or not is_worker_failure(err):
             raise
         me = worker()
         at = f" at {where()}" if where is not None else ""
         raise DistributedError(
             f"rank {me.rank} of {me.size}: training stopped{at}: a worker failed or left "
             f"during a Horovod collective ({reason(err)})") from None
+
+
+@contextlib.contextmanager
+def recoverable():
+    """Inside this block ``failures()`` re-raises a worker loss unchanged:
+    elastic training (``keras_caffe.distributed.elastic.run``) recovers from it."""
+    _recovering[0] += 1
+    try:
+        yield
+    finally:
+        _recovering[0] -= 1

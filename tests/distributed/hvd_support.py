@@ -60,6 +60,39 @@ def horovodrun(args, np=2, timeout=240, env=None, cwd=None):
                           timeout=timeout, env=environment(**(env or {})), cwd=_cwd(cwd))
 
 
+def discovery_script(path, *hosts, when=None):
+    """An executable host-discovery script at ``path`` printing ``hosts``
+    (``"localhost:1"``...); ``when={host: file}`` lists a host only while
+    ``file`` exists. Horovod runs every name that resolves to this machine
+    locally (no ssh), so ``localhost`` and ``127.0.0.1`` are two "hosts"
+    here: one can be blacklisted after its worker dies while the other
+    carries on."""
+    when = when or {}
+    lines = ["#!/bin/sh"]
+    for host in hosts:
+        name = host.split(":")[0]
+        if name in when:
+            lines.append(f"[ -e '{when[name]}' ] && echo {host}")
+        else:
+            lines.append(f"echo {host}")
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+def horovodrun_elastic(args, discovery, np=2, min_np=1, max_np=2, timeout=240, env=None,
+                       cwd=None):
+    """An elastic ``horovodrun`` (``--min-np``/``--max-np``, a host-discovery
+    script) running ``python args...``; ``--network-interface lo`` so a job
+    may start on one host."""
+    command = [horovodrun_exe(), "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
+               "--host-discovery-script", str(discovery), "--network-interface", "lo", "--gloo",
+               sys.executable, *map(str, args)]
+    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, env=environment(**(env or {})), cwd=_cwd(cwd))
+
+
 def python(args, timeout=240, env=None, cwd=None):
     """``python args...`` in a fresh process (no Horovod launcher)."""
     return subprocess.run([sys.executable, *map(str, args)], stdout=subprocess.PIPE,
