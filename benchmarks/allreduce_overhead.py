@@ -30,6 +30,13 @@ and prints, per net:
   the same batch per worker, so 1.0 is free data parallelism), and np=2
   with ``grouped=False`` and with fp16 compression.
 
+It also prints, per update of ``SGD(iter_size=k)`` with k = 1 and 4, the
+bytes each worker all-reduces and the fused all-reduces run, reducing once
+per update against once per micro-batch; and the np=2 step against the same
+two workers as one process under ``tf.distribute.MirroredStrategy`` on two
+logical CPU devices (``keras-caffe train --cpu-devices 2 --devices
+CPU:0,CPU:1``).
+
 Every worker runs TensorFlow with ``--threads`` intra-op threads (default 1),
 so np=2 on a 2-core machine gives each worker one core, as np=1 has: the
 ratio then measures the all-reduce and the synchronisation, not two
@@ -62,6 +69,7 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     parser.add_argument("--nets", default=",".join(NETS))
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # output folder of a worker run
+    parser.add_argument("--mirrored", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.nets = [n for n in args.nets.split(",") if n]
     unknown = sorted(set(args.nets) - set(NETS))
@@ -127,6 +135,65 @@ def fused_executions(path):
         else:
             end = max(end, stop)
     return clusters, len(spans)
+
+
+def run_mirrored(args):
+    """The grouped SGD step of each net under MirroredStrategy on two logical
+    CPU devices in one process, each replica on the per-worker batch (what
+    ``keras-caffe train --cpu-devices 2 --devices CPU:0,CPU:1`` runs);
+    ``--threads`` intra-op threads per replica."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+    tf.config.threading.set_intra_op_parallelism_threads(2 * args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(2 * args.threads)
+    import keras
+    import numpy as np
+
+    import keras_caffe
+
+    strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+    out = Path(args.worker)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"nets": {}}
+    for net in args.nets:
+        with strategy.scope():
+            model, shape = build(net)
+            optimizer = keras_caffe.SGD(0.001, momentum=0.9)
+            optimizer.build(model.trainable_variables)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="sum_over_batch_size")
+        data = []
+        for rank in range(2):  # each replica's batch, as worker `rank` of np=2 draws it
+            rng = np.random.default_rng(rank)
+            data.append((rng.normal(size=(args.batch, *shape)).astype("float32"),
+                         rng.integers(0, 10, args.batch).astype("int32")))
+        x = strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant(data[ctx.replica_id_in_sync_group][0]))
+        y = strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant(data[ctx.replica_id_in_sync_group][1]))
+
+        @tf.function
+        def step(x, y):
+            def replica(x, y):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True)) / 2.0
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply(grads, model.trainable_variables)
+                return loss
+            return strategy.reduce("SUM", strategy.run(replica, args=(x, y)), axis=None)
+
+        for _ in range(args.warmup):
+            float(step(x, y))
+        times = []
+        for _ in range(args.steps):
+            start = time.perf_counter()
+            float(step(x, y))
+            times.append(time.perf_counter() - start)
+        report["nets"][net] = {"time": statistics.median(times)}
+    (out / "report.json").write_text(json.dumps(report))
 
 
 def run_worker(args):
@@ -264,7 +331,9 @@ def launch(args, folder, np_):
     flags = [__file__, "--worker", str(folder), "--batch", str(args.batch), "--steps",
              str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
              "--nets", ",".join(args.nets)]
-    if np_ == 1:
+    if np_ == "mirrored":
+        command = [sys.executable, *flags, "--mirrored"]
+    elif np_ == 1:
         command = [sys.executable, *flags]
     else:
         horovodrun = str(Path(sys.executable).parent / "horovodrun")
@@ -340,12 +409,22 @@ def table(args, one, two):
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
-        run_worker(args)
+        (run_mirrored if args.mirrored else run_worker)(args)
         return
     with tempfile.TemporaryDirectory() as folder:
         two = launch(args, Path(folder) / "np2", 2)
         one = launch(args, Path(folder) / "np1", 1)
+        mirrored = launch(args, Path(folder) / "mirrored", "mirrored")
     table(args, one, two)
+    print()
+    print("two workers on one machine, per step (the same per-worker batch): Horovod np=2 "
+          "(two processes, Gloo) against MirroredStrategy (one process, two logical CPU "
+          "devices, keras_caffe.SGD's one sum per update)")
+    print(f"{'net':<12} | {'Horovod np=2':>12} {'Mirrored':>10} {'Mirrored/Horovod':>17}")
+    for net in args.nets:
+        hvd_time = two["nets"][net]["time"]["grouped"] * 1e3
+        mirror = mirrored["nets"][net]["time"] * 1e3
+        print(f"{net:<12} | {hvd_time:>10.2f}ms {mirror:>8.2f}ms {mirror / hvd_time:>17.2f}")
 
 
 if __name__ == "__main__":
