@@ -85,7 +85,7 @@ def _enter_world(solver, state, world):
         moved = True
     if moved:
         solver._shard = (me.rank, me.size)
-        solver._train_pipe = solver._pipeline(solver._train, "TRAIN", solver._shard)
+        solver._train_pipes = solver._train_pipelines()
         solver._build_train_step()
     solver._tests_done = state.tests_done
     solver._open_streams(solver.iter * solver.param.iter_size, state.test_batches)

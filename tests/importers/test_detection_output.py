@@ -301,7 +301,8 @@ def boxes_case(boxes, scores, num=1):
 
 
 def kept_boxes(top):
-    return [tuple(np.round(row[3:], 4)) for row in top[0, 0] if row[1] != -1]
+    # Python floats: numpy 1.x compares float32(0.6) with 0.6 in float64 (unequal)
+    return [tuple(round(float(v), 4) for v in row[3:]) for row in top[0, 0] if row[1] != -1]
 
 
 @pytest.mark.converter("DetectionOutput")
