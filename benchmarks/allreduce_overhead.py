@@ -137,6 +137,19 @@ def fused_executions(path):
     return clusters, len(spans)
 
 
+def median_time(run, args, warmup=None):
+    """The median of ``args.steps`` timed calls of ``run()``, after
+    ``warmup`` (default ``args.warmup``) untimed ones."""
+    for _ in range(args.warmup if warmup is None else warmup):
+        run()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def run_mirrored(args):
     """The grouped SGD step of each net under MirroredStrategy on two logical
     CPU devices in one process, each replica on the per-worker batch (what
@@ -185,14 +198,7 @@ def run_mirrored(args):
                 return loss
             return strategy.reduce("SUM", strategy.run(replica, args=(x, y)), axis=None)
 
-        for _ in range(args.warmup):
-            float(step(x, y))
-        times = []
-        for _ in range(args.steps):
-            start = time.perf_counter()
-            float(step(x, y))
-            times.append(time.perf_counter() - start)
-        report["nets"][net] = {"time": statistics.median(times)}
+        report["nets"][net] = {"time": median_time(lambda: float(step(x, y)), args)}
     (out / "report.json").write_text(json.dumps(report))
 
 
@@ -239,14 +245,7 @@ def run_worker(args):
                 return loss
 
             entry["ops"][variant] = op_counts(step.get_concrete_function(x, y).graph)
-            for _ in range(args.warmup):
-                float(step(x, y))
-            times = []
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                float(step(x, y))
-                times.append(time.perf_counter() - start)
-            entry["time"][variant] = statistics.median(times)
+            entry["time"][variant] = median_time(lambda: float(step(x, y)), args)
             if timeline:
                 steps = 5
                 path = out / f"timeline_{net}_{variant}.json"
@@ -302,13 +301,8 @@ def iter_size_traffic(args, model, x, y, loss_fn, me, hvd, out, net):
             for _ in range(args.warmup):
                 update()
             before = optimizer.allreduce_bytes
-            times = []
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                update()
-                times.append(time.perf_counter() - start)
-            entry = {"bytes": (optimizer.allreduce_bytes - before) / args.steps,
-                     "time": statistics.median(times)}
+            took = median_time(update, args, warmup=0)
+            entry = {"bytes": (optimizer.allreduce_bytes - before) / args.steps, "time": took}
             if hvd is not None:
                 updates = 3
                 path = out / f"timeline_{net}_iter{k}_{mode}.json"

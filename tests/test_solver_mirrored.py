@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "distributed"))
-from hvd_support import check, environment, python  # noqa: E402
+from hvd_support import caffemodel, check, environment, python  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LENET = REPO / "examples" / "lenet_solver"
@@ -56,12 +56,6 @@ def lenet(tmp_path_factory):
             text.replace("batch_size: 64", f"batch_size: {batch}"))
         (root / f"solver{batch}.prototxt").write_text(SOLVER.format(net=f"net{batch}.prototxt"))
     return root
-
-
-def caffemodel(path):
-    from keras_caffe.importers.weights import load_weights
-
-    return {name: [np.asarray(b) for b in blobs] for name, blobs in load_weights(path).items()}
 
 
 def train(cwd, solver, *extra):

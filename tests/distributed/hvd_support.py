@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -104,3 +105,10 @@ def check(result):
     if result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}:\n{result.stdout[-6000:]}")
     return result
+
+
+def caffemodel(path):
+    """``{layer: [blobs as arrays]}`` of a caffemodel a job wrote (either format)."""
+    from keras_caffe.importers.weights import load_weights
+
+    return {name: [np.asarray(b) for b in blobs] for name, blobs in load_weights(path).items()}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hvd_support import check, environment, horovodrun, python, require_horovod
+from hvd_support import caffemodel, check, environment, horovodrun, python, require_horovod
 
 REPO = Path(__file__).resolve().parents[2]
 LENET = REPO / "examples" / "lenet_solver"
@@ -54,12 +54,6 @@ def lenet(tmp_path_factory):
         short.format(net="net32.prototxt") + "iter_size: 2\n")
     (root / "solver128.prototxt").write_text(short.format(net="net128.prototxt"))
     return root
-
-
-def caffemodel(path):
-    from keras_caffe.importers.weights import load_weights
-
-    return {name: [np.asarray(b) for b in blobs] for name, blobs in load_weights(path).items()}
 
 
 def train(cwd, solver, np_, *extra):
