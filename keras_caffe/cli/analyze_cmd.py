@@ -1,0 +1,46 @@
+"""``keras-caffe analyze``: |W|, |D|, FLOPs and data-parallel communication."""
+
+from keras_caffe.cli._registry import command
+
+
+def _arguments(parser):
+    parser.add_argument("net", help="the .prototxt")
+    parser.add_argument("--batch", type=int, default=1, help="batch per step (all workers)")
+    parser.add_argument("--workers", default="1",
+                        help="data-parallel workers p, or a list (1,2,4,8) for a scaling table")
+    parser.add_argument("--bandwidth", default="10Gbit/s",
+                        help="per-link bandwidth: bytes/s or with a unit (10Gbit/s, 1.25GB/s)")
+    parser.add_argument("--device-flops",
+                        help="one worker's sustained FLOP/s (6.1T, 3.9e12): adds the predicted "
+                             "step time and speed-up of each scheme at each p (needed for a list)")
+    parser.add_argument("--overlap", action="store_true",
+                        help="with --device-flops: step = max(compute, communication), not the sum")
+    parser.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+@command("analyze", help="weights |W|, activations |D|, FLOPs, data-parallel communication time",
+         description="Per layer and in total: weight and activation bytes (float32, FireCaffe's "
+                     "|W| and |D|), forward+backward FLOPs per batch, and the communication time "
+                     "per step of a parameter server, a reduction tree and a ring all-reduce.",
+         arguments=_arguments)
+def run(args):
+    import json
+
+    from rich.console import Console
+
+    from keras_caffe.importers.analyze import analyze_scaling
+
+    report, scaling = analyze_scaling(args.net, args.workers, args.device_flops,
+                                      batch=args.batch, bandwidth=args.bandwidth,
+                                      phase=args.phase, overlap=args.overlap)
+    if args.json:
+        data = report.to_dict()
+        if scaling is not None:
+            data["scaling"] = scaling.to_dict()
+        print(json.dumps(data, indent=2))
+    else:
+        Console().print(report)
+        if scaling is not None:
+            Console().print(scaling)
+    return 0

@@ -1,0 +1,32 @@
+"""``keras-caffe install-horovod``: Horovod 0.28.1 built against this TensorFlow."""
+
+from keras_caffe.cli._registry import command
+
+
+def _arguments(parser):
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (TensorFlow, patches, environment, GPU) and stop")
+    parser.add_argument("--sdist", metavar="PATH",
+                        help="a local horovod-0.28.1.tar.gz instead of downloading it")
+    parser.add_argument("--gpu", choices=["auto", "nccl", "none"], default="auto",
+                        help="auto (default): NCCL when TensorFlow is a CUDA build and nvcc and "
+                             "nccl.h are found; nccl: require it; none: Gloo only")
+    parser.add_argument("--jobs", "-j", type=int,
+                        help="parallel compile jobs (default: the CPUs)")
+    parser.add_argument("--any-tensorflow", action="store_true",
+                        help="build even for a TensorFlow outside 2.16-2.21 (untested)")
+    parser.add_argument("--keep-build-dir", action="store_true",
+                        help="keep the temporary build directory (always kept on failure)")
+    parser.add_argument("--verbose", action="store_true", help="show the compiler's output")
+
+
+@command("install-horovod", help="build Horovod 0.28.1 (Gloo) against the installed TensorFlow",
+         description="Download Horovod 0.28.1's sdist, check its sha256, apply keras-caffe's "
+                     "patches and build it into this Python against the TensorFlow installed "
+                     "here (2.16 to 2.21), with Gloo (and NCCL when TensorFlow, a CUDA "
+                     "toolkit and nccl.h are there). TensorFlow is never reinstalled.",
+         arguments=_arguments)
+def run(args):
+    from keras_caffe import horovod_build
+
+    return horovod_build.main(args)
