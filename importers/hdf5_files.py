@@ -203,6 +203,39 @@ def text(ds, fail):
     return str(value)
 
 
+def check_data_rows(ds, fail):
+    """Refuse data-file dataset ``ds`` (HDF5Data's rows) unless it is stored
+    in this file, numeric with a row axis, and written in full: a contiguous
+    dataset must store its declared bytes, a chunked one all its chunks (a
+    file cut short, or one that declares 2^40 rows and stores a few, would
+    otherwise read as rows of zeros). No budget: a data set larger than
+    memory is streamed by rows. Reads no value."""
+    _check_storage(ds, fail)
+    if ds.dtype.kind not in "fiu" or ds.ndim < 1:
+        raise fail(f"dataset {ds.name.lstrip('/')!r} is {_type_name(ds)} of shape "
+                   f"{tuple(ds.shape)}; Caffe reads numeric datasets with a row axis")
+    missing = _unwritten(ds)
+    if missing:
+        raise fail(f"dataset {ds.name.lstrip('/')!r} declares {tuple(ds.shape)} values but "
+                   f"stores {missing} (a file written in part, or made up)")
+
+
+def _unwritten(ds):
+    """What part of ``ds`` is not in the file: "" when all of it is."""
+    import math
+
+    nbytes = int(np.prod(ds.shape, dtype=np.float64)) * ds.dtype.itemsize
+    try:
+        stored = ds.id.get_storage_size()
+        if ds.chunks is None:
+            return "" if stored >= nbytes or ds.compression else f"{_fmt(stored)} of {_fmt(nbytes)}"
+        expected = math.prod(-(-n // c) for n, c in zip(ds.shape, ds.chunks))
+        written = ds.id.get_num_chunks()
+    except _H5PY_ERRORS:
+        return ""
+    return "" if written >= expected else f"{written} of its {expected} chunks"
+
+
 def _check_storage(ds, fail):
     try:
         external, virtual, shape, _ = ds.external, ds.is_virtual, ds.shape, ds.dtype
@@ -227,11 +260,18 @@ def _check_declared(ds, fail, budget, itemsize):
                    "written in part, or made up)")
 
 
+_CLASS_NAMES = ("integer", "float", "time", "string", "bitfield", "opaque", "compound",
+                "reference", "enum", "variable-length", "array")
+
+
 def _type_name(ds):
+    """``ds``'s type as numpy and HDF5 name it: ``V8 (opaque)``."""
     try:
-        return f"{ds.dtype} ({ds.id.get_type().get_class()} class)"
+        kind = ds.id.get_type().get_class()
     except _H5PY_ERRORS:
         return str(ds.dtype)
+    name = _CLASS_NAMES[kind] if 0 <= kind < len(_CLASS_NAMES) else f"class {kind}"
+    return f"{ds.dtype} (HDF5 {name})"
 
 
 def _first_line(err):

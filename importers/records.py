@@ -33,7 +33,7 @@ import weakref
 import numpy as np
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import data_errors
+from keras_caffe.importers import data_errors, hdf5_files
 from keras_caffe.importers.paths import candidates, locate
 from keras_caffe.proto import caffe_pb2
 
@@ -416,8 +416,6 @@ class Hdf5Rows:
     """
 
     def __init__(self, layer, listing, in_memory_limit=IN_MEMORY_LIMIT):
-        import h5py
-
         self.layer, self.tops = layer.name, list(layer.top)
         try:
             with open(listing, encoding="utf-8") as f:
@@ -432,11 +430,11 @@ class Hdf5Rows:
         for name in names:
             path = name if os.path.isabs(name) or os.path.exists(name) else \
                 os.path.join(os.path.dirname(listing), name)
-            if not os.path.exists(path):
+            if not os.path.isfile(path):
                 raise LayerError(layer.name, f"HDF5 file {name!r} listed in {listing!r} not found "
                                              f"(looked for {name!r} and {path!r})")
             path = os.path.abspath(path)
-            count, shapes, nbytes = self._inspect(h5py, path)
+            count, shapes, nbytes = self._inspect(path)
             if self.row_shapes is None:
                 self.row_shapes = shapes
             elif shapes != self.row_shapes:
@@ -451,27 +449,34 @@ class Hdf5Rows:
         self.num_records = int(self.offsets[-1])
         self.in_memory = size <= in_memory_limit
         if self.in_memory:
-            self.arrays = {top: np.concatenate([self._load(h5py, path, top) for path in self.files])
+            self.arrays = {top: np.concatenate([self._load(path, top) for path in self.files])
                            for top in self.tops}
-        self._h5py = h5py
 
-    def _inspect(self, h5py, path):
-        try:
-            h5 = h5py.File(path, "r")
-        except OSError as err:
-            raise LayerError(self.layer, f"cannot read HDF5 file {path!r}: {err}") from None
-        with h5:
-            missing = [top for top in self.tops if not isinstance(h5.get(top), h5py.Dataset)]
-            if missing:
-                raise LayerError(self.layer, f"HDF5 file {path!r} has no dataset "
-                                             f"{', '.join(repr(t) for t in missing)} for the "
-                                             "layer's top(s)")
-            sets = {top: h5[top] for top in self.tops}
-            for top, data in sets.items():
-                if data.dtype.kind not in "fiu" or data.ndim < 1:
-                    raise LayerError(self.layer, f"HDF5 file {path!r}: dataset {top!r} is "
-                                                 f"{data.dtype} of shape {data.shape}; Caffe "
-                                                 "reads numeric datasets with a row axis")
+    def _fail(self, path):
+        return lambda message: LayerError(self.layer, f"HDF5 file {path!r}: {message}")
+
+    def _datasets(self, h5, path):
+        """The layer's tops in ``h5``, each checked by ``hdf5_files``: in this
+        file (no link, external or virtual storage), numeric, fully written."""
+        missing = [top for top in self.tops if top not in h5]
+        if missing:
+            raise LayerError(self.layer, f"HDF5 file {path!r} has no dataset "
+                                         f"{', '.join(repr(t) for t in missing)} for the "
+                                         "layer's top(s)")
+        fail = self._fail(path)
+        sets = {top: hdf5_files.dataset(h5, top, fail) for top in self.tops}
+        for data in sets.values():
+            hdf5_files.check_data_rows(data, fail)
+        return sets
+
+    def _opened(self, path):
+        return hdf5_files.open_file(
+            path, lambda message: LayerError(self.layer, f"cannot read HDF5 file {path!r}: "
+                                                         f"{message}"))
+
+    def _inspect(self, path):
+        with self._opened(path) as h5:
+            sets = self._datasets(h5, path)
             counts = {top: data.shape[0] for top, data in sets.items()}
             if len(set(counts.values())) > 1:
                 listed = ", ".join(f"{t!r} has {n}" for t, n in counts.items())
@@ -484,9 +489,9 @@ class Hdf5Rows:
             nbytes = sum(data.size * 4 for data in sets.values())
         return count, shapes, nbytes
 
-    def _load(self, h5py, path, top):
-        with h5py.File(path, "r") as h5:
-            return np.asarray(h5[top], dtype=np.float32)
+    def _load(self, path, top):
+        with self._opened(path) as h5:
+            return hdf5_files.read(self._datasets(h5, path)[top], self._fail(path))
 
     def read(self, indices):
         """Rows by global index, read from the files; one float32 array per top."""
@@ -497,10 +502,21 @@ class Hdf5Rows:
             where = np.nonzero(files == f)[0]
             rows = indices[where] - self.offsets[f]
             unique, inverse = np.unique(rows, return_inverse=True)
-            with self._h5py.File(self.files[f], "r") as h5:
-                for j, top in enumerate(self.tops):
-                    out[j][where] = np.asarray(h5[top][unique], np.float32)[inverse]
+            path = self.files[f]
+            with self._opened(path) as h5:
+                for j, top in enumerate(self.tops):  # checked in full by __init__
+                    data = hdf5_files.dataset(h5, top, self._fail(path))
+                    out[j][where] = self._rows(data, unique, path)[inverse]
         return out
+
+    def _rows(self, data, rows, path):
+        try:
+            return np.asarray(data[rows], np.float32)
+        except (OSError, RuntimeError, ValueError, TypeError) as err:
+            raise LayerError(self.layer, f"HDF5 file {path!r}: cannot read rows of "
+                                         f"{data.name.lstrip('/')!r} "
+                                         f"({str(err).splitlines()[0] if str(err) else err})"
+                             ) from None
 
 
 def _dims(shape):

@@ -101,13 +101,14 @@ def test_external_link(tmp_path):
 
 @pytest.mark.parametrize("dtype", [np.dtype([("a", "f4"), ("b", "i4")]), np.dtype("V8")],
                          ids=["compound", "opaque"])
-def test_blob_of_a_type_that_is_not_numbers(tmp_path, dtype):
+def test_blob_of_a_type_that_is_not_numbers(tmp_path, dtype, request):
     def build(f):
         del f["data/ip1/1"]
         f["data/ip1"].create_dataset("1", shape=(16,), dtype=dtype)
         f["data/ip1/1"][...] = np.zeros(16, dtype)
 
-    refused(weights_file(tmp_path / "w.h5", build), r"/data/ip1/1 has type .*, not numbers")
+    refused(weights_file(tmp_path / "w.h5", build),
+            rf"/data/ip1/1 has type .* \(HDF5 {request.node.callspec.id}\), not numbers")
 
 
 @pytest.mark.parametrize("elements, match", [
@@ -325,3 +326,106 @@ def test_a_list_source_that_is_a_directory(tmp_path, monkeypatch, layer):
     with pytest.raises(KerasCaffeError, match=r"layer 'data'.*adir") as info:
         keras_caffe.import_model(net, phase="TRAIN")
     assert isinstance(info.value, LayerError)
+
+
+# -- HDF5Data's own data files --------------------------------------------------------------
+
+
+def _hdf5_data_net(tmp_path, build):
+    """A TRAIN net whose HDF5Data layer lists one file, made by ``build(f)``
+    after sound ``data`` (8 x 3) and ``label`` (8) datasets (which ``build``
+    may delete and replace)."""
+    path = tmp_path / "rows.h5"
+    with h5py.File(path, "w") as f:
+        f["data"] = np.arange(24, dtype=np.float32).reshape(8, 3)
+        f["label"] = np.arange(8, dtype=np.float32)
+        build(f)
+    (tmp_path / "list.txt").write_text(f"{path}\n")
+    return (f'layer {{ name: "h5" type: "HDF5Data" top: "data" top: "label" '
+            f'hdf5_data_param {{ source: "{tmp_path / "list.txt"}" batch_size: 2 }} }}')
+
+
+def _replace(name, **create):
+    def build(f):
+        del f[name]
+        f.create_dataset(name, **create)
+    return build
+
+
+def _refused_data(tmp_path, build, match):
+    import keras_caffe.importers
+
+    with pytest.raises(LayerError, match=match) as info:
+        keras_caffe.importers.net_pipeline(_hdf5_data_net(tmp_path, build), phase="TRAIN")
+    assert "layer 'h5'" in str(info.value) and str(tmp_path / "rows.h5") in str(info.value)
+
+
+def test_hdf5_data_a_sound_file_reads_its_rows(tmp_path):
+    pipeline = keras_caffe.importers.net_pipeline(_hdf5_data_net(tmp_path, lambda f: None),
+                                                  phase="TRAIN")
+    batch = next(iter(pipeline.dataset()))
+    np.testing.assert_array_equal(np.asarray(batch["data"]), [[0, 1, 2], [3, 4, 5]])
+    np.testing.assert_array_equal(np.asarray(batch["label"]), [0, 1])
+
+
+def test_hdf5_data_soft_link(tmp_path):
+    def build(f):
+        del f["label"]
+        f["label"] = h5py.SoftLink("/data")
+
+    _refused_data(tmp_path, build, r"/label is a link: keras-caffe reads no links")
+
+
+def test_hdf5_data_external_link_is_never_followed(tmp_path):
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["label"] = np.zeros(8, np.float32)
+
+    def build(f):
+        del f["label"]
+        f["label"] = h5py.ExternalLink(str(other), "/label")
+
+    _refused_data(tmp_path, build, r"/label is a link: keras-caffe reads no links")
+
+
+def test_hdf5_data_external_storage_is_never_read(tmp_path):
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(np.arange(8, dtype=np.float32).tobytes())
+    _refused_data(tmp_path, _replace("label", shape=(8,), dtype=np.float32,
+                                     external=[(str(outside), 0, 32)]),
+                  r"/label keeps its values in another file \('.*outside.bin'\): keras-caffe "
+                  r"reads only the file it was given")
+
+
+def test_hdf5_data_compound_type(tmp_path):
+    kind = np.dtype([("a", np.float32), ("b", np.int32)])
+    _refused_data(tmp_path, _replace("data", shape=(8,), dtype=kind),
+                  r"dataset 'data' is .* \(HDF5 compound\) of shape \(8,\); Caffe reads numeric "
+                  r"datasets with a row axis")
+
+
+def test_hdf5_data_declaring_a_tebibyte_of_rows_reads_nothing(tmp_path):
+    _refused_data(tmp_path, _replace("data", shape=(2 ** 38, 1), dtype=np.float32,
+                                     chunks=(1024, 1), maxshape=(None, 1)),
+                  r"dataset 'data' declares \(274877906944, 1\) values but stores 0 of its "
+                  r"268435456 chunks")
+
+
+def test_hdf5_data_written_in_part(tmp_path):
+    def build(f):
+        del f["data"]
+        data = f.create_dataset("data", shape=(8, 3), dtype=np.float32, chunks=(2, 3))
+        data[:4] = 1.0  # two of the four chunks
+
+    _refused_data(tmp_path, build, r"dataset 'data' declares \(8, 3\) values but stores 2 of "
+                                   r"its 4 chunks \(a file written in part, or made up\)")
+
+
+def test_hdf5_data_corrupt_file(tmp_path):
+    net = _hdf5_data_net(tmp_path, lambda f: None)
+    path = tmp_path / "rows.h5"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(LayerError, match=r"layer 'h5': cannot read HDF5 file '.*rows.h5': "
+                                         r"truncated or corrupt HDF5 file \("):
+        keras_caffe.importers.net_pipeline(net, phase="TRAIN")
