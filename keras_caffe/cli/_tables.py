@@ -85,7 +85,8 @@ def print_grid(grid, file=None):
     console = Console(file=file)
     if console.is_terminal:
         table = to_rich(grid)
-        if console.measure(table).minimum <= console.width:
+        wide = console.options.update_width(10**6)  # unclamped: the table's own width
+        if console.measure(table, options=wide).maximum <= console.width:
             console.print(table)
             return
     print(to_text(grid), file=file)
