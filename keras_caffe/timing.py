@@ -18,7 +18,8 @@ layer names, data and loss layers included:
 - a layer that became Keras layers: forward is their call (one
   ``tf.function`` each, XLA with ``jit_compile``) on the activations of a
   batch; backward is a function that returns only the gradients to its
-  floating-point inputs and its weights for a random upstream gradient:
+  floating-point inputs (not to the net's data, which Caffe does not
+  propagate to either) and its weights for a random upstream gradient:
   TensorFlow prunes the forward operations the gradients do not need (a
   convolution's), and recomputes those they do (a ReLU's or a pooling's
   output, which their gradients read);
@@ -204,6 +205,7 @@ def _steps(imported, batch, reader, training, jit):
     activation = _activations(model, batch, training)
     outputs = _loss_outputs(imported, batch, training)
     rng = np.random.default_rng(1)
+    net_inputs = frozenset(id(t) for t in model.inputs)
     steps, first_data = [], None
     for layer in imported.net.layer:
         if layer_types.unit(layer.type).data_layer:
@@ -219,13 +221,14 @@ def _steps(imported, batch, reader, training, jit):
             steps.append(_loss_step(layer, outputs[layer.name], jit))
         elif groups.get(layer.name):
             keras_layers = groups[layer.name]
-            pairs = [_layer_functions(k, activation, training, jit, rng) for k in keras_layers]
+            pairs = [_layer_functions(k, activation, training, jit, rng, net_inputs)
+                     for k in keras_layers]
             steps.append(_Step(layer.name, layer.type, forward=_chain([f for f, _ in pairs]),
                                backward=_chain([b for _, b in pairs[::-1]])))
         else:
             steps.append(_Step(layer.name, layer.type, note=_why_empty(layer, model)))
         for k in extra.get(layer.name, ()):
-            forward, backward = _layer_functions(k, activation, training, jit, rng)
+            forward, backward = _layer_functions(k, activation, training, jit, rng, net_inputs)
             steps.append(_Step(k.name, type(k).__name__, forward, backward,
                                note=f"added by the importer after {layer.name}"))
     return steps
@@ -284,9 +287,13 @@ def _activations(model, batch, training):
     return {id(t): v for t, v in zip(tensors, values)}
 
 
-def _layer_functions(layer, activation, training, jit, rng):
-    """``(forward, backward)`` of one Keras layer on its real inputs."""
+def _layer_functions(layer, activation, training, jit, rng, net_inputs=frozenset()):
+    """``(forward, backward)`` of one Keras layer on its real inputs. The
+    backward skips the gradient to the net's inputs (``net_inputs``: ids of
+    the data tensors), as Caffe's ``bottom_need_backward`` does."""
     inputs = tf.nest.map_structure(lambda t: activation[id(t)], layer.input)
+    wanted = [t.dtype.is_floating and id(s) not in net_inputs
+              for t, s in zip(tf.nest.flatten(inputs), tf.nest.flatten(layer.input))]
     weights = list(layer.trainable_weights)
 
     @tf.function(jit_compile=jit)
@@ -299,7 +306,7 @@ def _layer_functions(layer, activation, training, jit, rng):
 
     @tf.function(jit_compile=jit)
     def backward(xs):
-        sources = [t for t in tf.nest.flatten(xs) if t.dtype.is_floating]
+        sources = [t for t, w in zip(tf.nest.flatten(xs), wanted) if w]
         with tf.GradientTape() as tape:
             tape.watch(sources)
             y = layer(xs, training=training)
@@ -308,10 +315,9 @@ def _layer_functions(layer, activation, training, jit, rng):
                               output_gradients=[b for _, b in pairs])
         return [g for g in grads if g is not None]
 
-    floating = any(t.dtype.is_floating for t in tf.nest.flatten(inputs)) or weights
     has_upstream = any(u is not None for u in upstream)
     return (lambda: forward(inputs)), ((lambda: backward(inputs))
-                                       if floating and has_upstream else None)
+                                       if (any(wanted) or weights) and has_upstream else None)
 
 
 def _chain(functions):
