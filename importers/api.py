@@ -1,5 +1,6 @@
 """``import_model``: a Caffe net (and weights) -> a Keras model."""
 
+import numbers
 import warnings
 
 from keras_caffe.errors import CaffeImportError
@@ -33,6 +34,11 @@ def import_model(net, weights=None, *, phase="TEST", data_format="channels_last"
         input_shapes: ``{top: shape without the batch}`` for Input or data
             layers (Data, ImageData, HDF5Data, DummyData, MemoryData), whose
             shapes are otherwise read from their parameters or sources.
+            Always in Caffe's order, as an ``input_param { shape }`` states
+            it: ``(C, H, W)`` for an image (``{"data": (3, 32, 32)}``),
+            whatever ``data_format`` the model gets; ``()`` for a scalar label.
+            An import that fails with a shape that looks like (H, W, C)
+            says so. The command line's ``--input-shape data=3,32,32``.
         lms: a ``keras_caffe.LMS`` (Large Model Support: rematerialize or
             stage activations over its threshold while training); default:
             the one of an enclosing ``with keras_caffe.LMS(...)`` block, if any.
@@ -76,6 +82,7 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
     from keras_caffe.importers.layer_types.python_layer import fields_known
     from keras_caffe.importers.registry import is_builtin
 
+    input_shapes = _checked_input_shapes(input_shapes)
     param, source, fork_fields = load_net(net, net_state(phase, level, stages),
                                           known=fields_known(is_builtin))
     blobs_in = load_weights(weights) if weights is not None else None
@@ -83,13 +90,60 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
         if str(phase).upper() != "TEST":
             raise CaffeImportError(f"{source}: fold_batchnorm is for inference (phase TEST)")
         param, blobs_in = fold(param, blobs_in, source)
-    model, blobs = build_model(param, source=source, data_format=data_format,
-                               phase=phase.upper() if isinstance(phase, str) else phase,
-                               outputs=outputs, name=name, input_shapes=input_shapes,
-                               fork_fields=fork_fields)
+    try:
+        model, blobs = build_model(param, source=source, data_format=data_format,
+                                   phase=phase.upper() if isinstance(phase, str) else phase,
+                                   outputs=outputs, name=name, input_shapes=input_shapes,
+                                   fork_fields=fork_fields)
+    except CaffeImportError as err:
+        _blame_layout(input_shapes, err)
+        raise
     if blobs_in is not None:
         load_into(model, blobs_in, source=str(weights))
     return ImportedNet(model, param, blobs, source)
+
+
+def _checked_input_shapes(input_shapes):
+    """``input_shapes`` as ``{str: tuple of positive ints}``; an
+    ``ArgumentError`` naming the entry otherwise."""
+    from keras_caffe.errors import ArgumentError
+
+    if input_shapes is None:
+        return None
+    if not isinstance(input_shapes, dict):
+        raise ArgumentError("import_model", "input_shapes",
+                            f"must be a dict {{top: (C, H, W)}}, got {input_shapes!r}")
+    checked = {}
+    for top, shape in input_shapes.items():
+        try:
+            dims = None if isinstance(shape, (str, bytes)) else tuple(shape)
+        except TypeError:
+            dims = None
+        if not isinstance(top, str) or dims is None or any(
+                isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1
+                for d in dims):
+            raise ArgumentError("import_model", "input_shapes",
+                                f"entry {top!r}: {shape!r} is not a shape: give the top's "
+                                "per-sample shape in Caffe's order, positive integers, such "
+                                "as (3, 32, 32)")
+        checked[top] = tuple(int(d) for d in dims)
+    return checked
+
+
+def _blame_layout(input_shapes, err):
+    """Raise an ``ArgumentError`` saying that ``input_shapes`` is in Caffe's
+    order when the import failed and an entry looks like (H, W, C): last
+    dimension 1 or 3, first not."""
+    from keras_caffe.errors import ArgumentError
+
+    for top, dims in (input_shapes or {}).items():
+        if len(dims) == 3 and dims[-1] in (1, 3) and dims[0] not in (1, 3):
+            caffe = (dims[2], dims[0], dims[1])
+            raise ArgumentError(
+                "import_model", "input_shapes",
+                f"{top!r}: {dims} looks like (H, W, C); input_shapes takes Caffe's order "
+                f"(C, H, W) whatever the data_format, here {caffe}. The import failed "
+                f"with: {str(err).splitlines()[0]}") from err
 
 
 def caffe_parts(model):

@@ -20,7 +20,13 @@
 
 __version__ = "0.1.0"
 
-# First, before keras or numpy: without a TensorFlow >= 2.16 this import
+# The command line hides TensorFlow's start-up log lines unless --verbose
+# (a library import is left alone): before anything imports TensorFlow.
+from keras_caffe._cli_quiet import quiet_cli_start
+
+quiet_cli_start()
+
+# Then, before keras or numpy: without a TensorFlow >= 2.16 this import
 # raises a one-line TensorFlowRequirementError naming what to install.
 from keras_caffe import _require  # noqa: F401
 

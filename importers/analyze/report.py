@@ -151,49 +151,51 @@ class Report:
             "communication_s": self.communication,
         }
 
-    def table(self):
-        """A ``rich.table.Table``: one row per layer and a total row."""
-        from rich.table import Table
+    def grid(self):
+        """The per-layer table's data (``keras_caffe.cli._tables.Grid``): one
+        row per layer and a total row, every number whole."""
+        from keras_caffe.cli._tables import Column, Grid
 
-        table = Table(title=f"{self.name}: batch {self.batch}, phase {self.phase}",
-                      show_footer=False)
-        table.add_column("layer")
-        table.add_column("type")
-        table.add_column("output shape")
-        table.add_column("weights", justify="right")
-        table.add_column("|W| (MB)", justify="right")
-        table.add_column("|D| (MB)", justify="right")
-        table.add_column("fwd FLOPs", justify="right")
-        table.add_column("bwd FLOPs", justify="right")
+        grid = Grid(f"{self.name}: batch {self.batch}, phase {self.phase}",
+                    [Column("layer"), Column("type"), Column("output shape"),
+                     Column("weights", True), Column("|W| (MB)", True), Column("|D| (MB)", True),
+                     Column("fwd FLOPs", True), Column("bwd FLOPs", True)])
         for layer in self.layers:
             shapes = ", ".join("x".join(map(str, s)) or "scalar" for _, s in layer.tops)
-            table.add_row(layer.name, layer.type, shapes, f"{layer.weights:,}",
-                          _mb(layer.weight_bytes),
-                          _mb(layer.activation_bytes), _flops(layer.forward_flops),
-                          _flops(layer.backward_flops))
-        table.add_section()
-        table.add_row("total", "", "", f"{self.weights:,}", _mb(self.weight_bytes),
-                      _mb(self.activation_bytes), _flops(self.forward_flops),
-                      _flops(self.backward_flops), style="bold")
-        return table
+            grid.add_row(layer.name, layer.type, shapes, f"{layer.weights:,}",
+                         _mb(layer.weight_bytes), _mb(layer.activation_bytes),
+                         _flops(layer.forward_flops), _flops(layer.backward_flops))
+        grid.add_row("total", "", "", f"{self.weights:,}", _mb(self.weight_bytes),
+                     _mb(self.activation_bytes), _flops(self.forward_flops),
+                     _flops(self.backward_flops), rule=True, bold=True)
+        return grid
 
-    def communication_table(self):
-        """A ``rich.table.Table`` of the three communication times."""
-        from rich.table import Table
+    def communication_grid(self):
+        """The three communication times' table data."""
+        from keras_caffe.cli._tables import Column, Grid
 
-        table = Table(title=(f"data-parallel communication per step: {self.workers} worker(s), "
-                             f"{self.bandwidth * 8 / 1e9:g} Gbit/s, |W| = "
-                             f"{_mb(self.weight_bytes)} MB"))
-        table.add_column("scheme")
-        table.add_column("formula")
-        table.add_column("seconds", justify="right")
+        grid = Grid(f"data-parallel communication per step: {self.workers} worker(s), "
+                    f"{self.bandwidth * 8 / 1e9:g} Gbit/s, |W| = {_mb(self.weight_bytes)} MB",
+                    [Column("scheme"), Column("formula"), Column("seconds", True)])
         times = self.communication
         for key, label, formula in (
                 ("parameter_server", "parameter server", "2|W|p/β"),
                 ("reduction_tree", "reduction tree", "2|W|log2(p)/β"),
                 ("ring_allreduce", "ring all-reduce", "2(p-1)/p·|W|/β")):
-            table.add_row(label, formula, f"{times[key]:.6g}")
-        return table
+            grid.add_row(label, formula, f"{times[key]:.6g}")
+        return grid
+
+    def table(self):
+        """A ``rich.table.Table``: one row per layer and a total row."""
+        from keras_caffe.cli._tables import to_rich
+
+        return to_rich(self.grid())
+
+    def communication_table(self):
+        """A ``rich.table.Table`` of the three communication times."""
+        from keras_caffe.cli._tables import to_rich
+
+        return to_rich(self.communication_grid())
 
     def __rich__(self):
         from rich.console import Group

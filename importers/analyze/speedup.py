@@ -175,30 +175,33 @@ class Scaling:
             "rows": [row.to_dict() for row in self.rows],
         }
 
-    def table(self):
-        """A ``rich.table.Table``: one row per worker count."""
-        from rich.table import Table
+    def grid(self):
+        """The table's data (``keras_caffe.cli._tables.Grid``): one row per worker count."""
+        from keras_caffe.cli._tables import Column, Grid
 
-        table = Table(title=(
+        columns = [Column("p", True), Column("batch/worker", True), Column("compute (ms)", True)]
+        for _, label, _ in SCHEMES:
+            columns += [Column(f"{label}\ncomm (ms)", True), Column("step (ms)", True),
+                        Column("speed-up", True)]
+        grid = Grid(
             f"{self.name}: predicted step, batch {self.batch}, |W| = "
             f"{self.weight_bytes / MB:,.2f} MB, {_flops(self.flops)} FLOP a step, "
             f"{_flops(self.device_flops)} FLOP/s a worker, "
             f"{self.bandwidth * 8 / 1e9:g} Gbit/s, "
-            f"{'overlapped' if self.overlap else 'no overlap'}"))
-        table.add_column("p", justify="right")
-        table.add_column("batch/worker", justify="right")
-        table.add_column("compute (ms)", justify="right")
-        for _, label, _ in SCHEMES:
-            table.add_column(f"{label}\ncomm (ms)", justify="right")
-            table.add_column("step (ms)", justify="right")
-            table.add_column("speed-up", justify="right")
+            f"{'overlapped' if self.overlap else 'no overlap'}", columns)
         for row in self.rows:
             cells = [str(row.workers), str(row.per_worker_batch), _ms(row.compute_s)]
             for key, _, _ in SCHEMES:
                 cells += [_ms(row.communication_s[key]), _ms(row.step_s[key]),
                           f"{row.speedup[key]:.1f}x"]
-            table.add_row(*cells)
-        return table
+            grid.add_row(*cells)
+        return grid
+
+    def table(self):
+        """A ``rich.table.Table``: one row per worker count."""
+        from keras_caffe.cli._tables import to_rich
+
+        return to_rich(self.grid())
 
     def __rich__(self):
         return self.table()
@@ -255,11 +258,12 @@ def scaling(report, workers=DEFAULT_WORKERS, device_flops=None, *, bandwidth=Non
 
 
 def analyze_scaling(net, workers=1, device_flops=None, *, batch=1, bandwidth="10Gbit/s",
-                    phase="TEST", overlap=False):
+                    phase="TEST", overlap=False, input_shapes=None):
     """``keras-caffe analyze``'s work: ``(report, scaling or None)``.
 
     ``workers`` is an int, a list or ``"1,2,4"``; the report's own
-    communication table is for the largest count. A scaling table is built
+    communication table is for the largest count; ``input_shapes`` as
+    ``analyze``'s. A scaling table is built
     when ``device_flops`` is given; a list of several counts needs it.
     """
     from keras_caffe.importers.analyze.core import analyze
@@ -269,7 +273,8 @@ def analyze_scaling(net, workers=1, device_flops=None, *, batch=1, bandwidth="10
         raise ArgumentError("analyze", "device_flops",
                             "is needed for a list of worker counts: give one worker's sustained "
                             "FLOP/s, such as '6.1T'")
-    report = analyze(net, batch=batch, workers=counts[-1], bandwidth=bandwidth, phase=phase)
+    report = analyze(net, batch=batch, workers=counts[-1], bandwidth=bandwidth, phase=phase,
+                     input_shapes=input_shapes)
     if device_flops is None:
         return report, None
     return report, scaling(report, counts, device_flops, overlap=overlap)

@@ -12,28 +12,33 @@
     horovodrun -np 4 --min-np 2 --host-discovery-script h.sh keras-caffe train --solver s --elastic
     keras-caffe train --solver solver.prototxt --lms 1000 --lms-frac 0.4
     keras-caffe time --model train_val.prototxt --iterations 50
+    keras-caffe time --model train_val.prototxt --iterations 50 --json
+    keras-caffe test --model train_val.prototxt --weights net.caffemodel --iterations 50
+    keras-caffe device_query
     keras-caffe install-horovod [--dry-run] [--sdist horovod-0.28.1.tar.gz] [--gpu auto|nccl|none]
+    keras-caffe --version
 
 Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
+TensorFlow's log lines are hidden unless ``--verbose`` (``keras_caffe._cli_quiet``).
 """
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from keras_caffe.cli._registry import COMMANDS  # noqa: E402
+from keras_caffe import _cli_quiet
+from keras_caffe.cli._registry import COMMANDS, cli_wording
 # The subcommands, in the order of `keras-caffe --help`.
-from keras_caffe.cli import (  # noqa: E402,F401
-    import_cmd, analyze_cmd, train_cmd, time_cmd, install_horovod_cmd)
-from keras_caffe.cli.import_cmd import layer_table, save_atomically  # noqa: E402,F401
+from keras_caffe.cli import (  # noqa: F401
+    import_cmd, analyze_cmd, train_cmd, test_cmd, time_cmd, device_query_cmd,
+    install_horovod_cmd)
+from keras_caffe.cli.import_cmd import layer_table, save_atomically  # noqa: F401
 
 __all__ = ["main"]
 
 
 def main(argv=None):
     """Run ``keras-caffe`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
+    _cli_quiet.end()
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -48,14 +53,34 @@ def main(argv=None):
             message = f"{err.filename}: {err.strerror}"
         else:
             message = str(err).splitlines()[0] if str(err) else type(err).__name__
+            message = cli_wording(message)
         print(f"keras-caffe: error: {message}", file=sys.stderr)
         return 2
 
 
 def _parser():
     parser = argparse.ArgumentParser(prog="keras-caffe", description="Caffe's way, in Keras 3.")
+    parser.add_argument("--version", action="version", version=version())
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE)
     sub = parser.add_subparsers(dest="command")
     for entry in COMMANDS.values():
-        entry.arguments(sub.add_parser(entry.name, help=entry.help,
-                                       description=entry.description))
+        command = sub.add_parser(entry.name, help=entry.help, description=entry.description,
+                                 conflict_handler="resolve")
+        # also after the subcommand; a subcommand may give --verbose more to do
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help=_VERBOSE)
+        entry.arguments(command)
     return parser
+
+
+_VERBOSE = "show TensorFlow's log lines (hidden by default)"
+
+
+def version():
+    """``keras-caffe X (TensorFlow Y, Keras Z)``."""
+    import keras
+    import tensorflow as tf
+
+    from keras_caffe import __version__
+
+    return f"keras-caffe {__version__} (TensorFlow {tf.__version__}, Keras {keras.__version__})"

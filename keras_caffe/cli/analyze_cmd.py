@@ -1,6 +1,6 @@
 """``keras-caffe analyze``: |W|, |D|, FLOPs and data-parallel communication."""
 
-from keras_caffe.cli._registry import command
+from keras_caffe.cli._registry import command, input_shape_argument, input_shapes
 
 
 def _arguments(parser):
@@ -16,6 +16,7 @@ def _arguments(parser):
     parser.add_argument("--overlap", action="store_true",
                         help="with --device-flops: step = max(compute, communication), not the sum")
     parser.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
+    input_shape_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -27,20 +28,21 @@ def _arguments(parser):
 def run(args):
     import json
 
-    from rich.console import Console
-
+    from keras_caffe.cli._tables import print_grid
     from keras_caffe.importers.analyze import analyze_scaling
 
     report, scaling = analyze_scaling(args.net, args.workers, args.device_flops,
                                       batch=args.batch, bandwidth=args.bandwidth,
-                                      phase=args.phase, overlap=args.overlap)
+                                      phase=args.phase, overlap=args.overlap,
+                                      input_shapes=input_shapes(args.input_shape))
     if args.json:
         data = report.to_dict()
         if scaling is not None:
             data["scaling"] = scaling.to_dict()
         print(json.dumps(data, indent=2))
-    else:
-        Console().print(report)
-        if scaling is not None:
-            Console().print(scaling)
+        return 0
+    print_grid(report.grid())
+    print_grid(report.communication_grid())
+    if scaling is not None:
+        print_grid(scaling.grid())
     return 0

@@ -3,7 +3,8 @@
 import os
 import tempfile
 
-from keras_caffe.cli._registry import command, data_format_argument, usage
+from keras_caffe.cli._registry import (command, data_format_argument, input_shape_argument,
+                                       input_shapes, usage)
 
 
 def _arguments(parser):
@@ -12,7 +13,10 @@ def _arguments(parser):
     parser.add_argument("-o", "--output", help="save the model here (a .keras file)")
     parser.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
     data_format_argument(parser)
+    input_shape_argument(parser)
     parser.add_argument("--summary", action="store_true", help="only print the layer table")
+    parser.add_argument("--json", action="store_true",
+                        help="print the layer table as JSON (with -o: and save)")
     parser.add_argument("--list-layers", action="store_true",
                         help="print the supported layer types and where each comes from "
                              "(BVLC Caffe or a fork)")
@@ -22,9 +26,6 @@ def _arguments(parser):
          description="Import a Caffe net; print its layers; optionally save it.",
          arguments=_arguments)
 def run(args):
-    from rich.console import Console
-
-    console = Console()
     if args.list_layers:
         return _list_layers()
     if not args.net:
@@ -33,11 +34,24 @@ def run(args):
         raise usage(f"-o {args.output}: the output must be a .keras file")
     from keras_caffe.importers.api import import_net
 
-    imported = import_net(args.net, args.weights, phase=args.phase, data_format=args.data_format)
-    console.print(layer_table(imported))
-    if args.output and not args.summary:
+    imported = import_net(args.net, args.weights, phase=args.phase, data_format=args.data_format,
+                          input_shapes=input_shapes(args.input_shape))
+    rows = layer_rows(imported)
+    saved = bool(args.output and not args.summary)
+    if saved:
         save_atomically(imported.model, args.output)
-        console.print(f"saved {args.output}", highlight=False)
+    if args.json:
+        import json
+
+        print(json.dumps({"net": imported.net.name or str(imported.source),
+                          "layers": rows, "params": sum(r["params"] for r in rows),
+                          "saved": args.output if saved else None}, indent=2))
+        return 0
+    from keras_caffe.cli._tables import print_grid
+
+    print_grid(_grid(imported, rows))
+    if saved:
+        print(f"saved {args.output}")
     return 0
 
 
@@ -53,10 +67,10 @@ def _list_layers():
     return 0
 
 
-def layer_table(imported):
-    """A rich table of the Caffe layers: name, type, output shape(s), params."""
+def layer_rows(imported):
+    """The Caffe layers as dicts: name, type, output shapes (N, C, H, W; None
+    for a loss or metric) and parameter count."""
     import numpy as np
-    from rich.table import Table
 
     from keras_caffe.importers.api import caffe_parts
     from keras_caffe.importers.graph import Context
@@ -64,26 +78,46 @@ def layer_table(imported):
     counts = {name: sum(int(np.prod(w.shape)) for w in layer.caffe_variables()[start:start + count])
               for name, (layer, start, count, _) in caffe_parts(imported.model).items()}
     ctx = Context(None, None, imported.source)
-    table = Table(title=f"{imported.net.name or imported.source}")
-    for column, justify in (("layer", "left"), ("type", "left"),
-                            ("output shape (N, C, H, W)", "left"), ("params", "right")):
-        table.add_column(column, justify=justify)
-    total = 0
+    rows = []
     for layer in imported.net.layer:
-        shapes = ", ".join(_shape_text(ctx, imported.blobs[top])
-                           for top in layer.top if top in imported.blobs)
-        params = counts.get(layer.name, 0)
-        total += params
-        table.add_row(layer.name, layer.type, shapes, f"{params:,}" if params else "")
-    table.add_section()
-    table.add_row("total", "", "", f"{total:,}")
-    return table
+        shapes = [_shape(ctx, imported.blobs[top]) for top in layer.top if top in imported.blobs]
+        rows.append({"name": layer.name, "type": layer.type,
+                     "tops": [top for top in layer.top if top in imported.blobs],
+                     "shapes": shapes, "params": counts.get(layer.name, 0)})
+    return rows
 
 
-def _shape_text(ctx, blob):
+def _grid(imported, rows):
+    from keras_caffe.cli._tables import Column, Grid
+
+    grid = Grid(f"{imported.net.name or imported.source}",
+                [Column("layer"), Column("type"), Column("output shape (N, C, H, W)"),
+                 Column("params", True)])
+    for row in rows:
+        grid.add_row(row["name"], row["type"], ", ".join(map(_shape_text, row["shapes"])),
+                     f"{row['params']:,}" if row["params"] else "")
+    grid.add_row("total", "", "", f"{sum(r['params'] for r in rows):,}", rule=True)
+    return grid
+
+
+def layer_table(imported):
+    """A rich table of the Caffe layers: name, type, output shape(s), params."""
+    from keras_caffe.cli._tables import to_rich
+
+    return to_rich(_grid(imported, layer_rows(imported)))
+
+
+def _shape(ctx, blob):
     if blob.tensor is None:
-        return "loss"  # a loss or metric: computed by the training loop
-    return str(tuple(d if d is not None else "N" for d in ctx.caffe_shape(blob))).replace("'", "")
+        return None  # a loss or metric: computed by the training loop
+    return [None if d is None else int(d) for d in ctx.caffe_shape(blob)]
+
+
+def _shape_text(shape):
+    if shape is None:
+        return "loss"
+    cells = ["N" if d is None else str(d) for d in shape]
+    return "(" + ", ".join(cells) + ("," if len(cells) == 1 else "") + ")"
 
 
 def save_atomically(model, path):
