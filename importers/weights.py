@@ -87,11 +87,31 @@ def blob_to_array(blob, where):
 
 
 def array_to_blob(array):
-    """A numpy array as a ``BlobProto`` (float32 data, ``shape`` set)."""
-    blob = caffe_pb2.BlobProto()
-    blob.shape.dim.extend(array.shape)
-    blob.data.extend(np.asarray(array, np.float32).ravel().tolist())
-    return blob
+    """A numpy array as a ``BlobProto``, as ``Blob<float>::ToProto`` writes
+    it (src/caffe/blob.cpp): ``shape`` and the float32 values in ``data``,
+    nothing else. Built from the wire bytes (packed little-endian floats),
+    not a Python list of floats per value."""
+    array = np.asarray(array, np.float32)
+    shape = b"".join(_varint(int(d)) for d in array.shape)
+    data = np.ascontiguousarray(array, "<f4").tobytes()
+    wire = _field(5, data) if data else b""  # data = 5 [packed = true]
+    if array.ndim:  # Caffe's 0-d blob has no shape message at all
+        wire += _field(7, _field(1, shape))  # shape = 7 { dim = 1 [packed] }
+    return caffe_pb2.BlobProto.FromString(wire)
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number, payload):
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def load_weights(path):
