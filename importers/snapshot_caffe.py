@@ -30,6 +30,7 @@ from keras_caffe.importers import hdf5_files
 from keras_caffe.importers import snapshot_params as sp
 from keras_caffe.importers.api import load_into
 from keras_caffe.importers.export import caffemodel_proto, write_hdf5
+from keras_caffe.importers.protofile import truncation
 from keras_caffe.importers.snapshot_io import (
     SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5, resolve_weights,
     sha256_file, write_bytes_durably)
@@ -180,8 +181,10 @@ def _read_state_binary(path):
         state.ParseFromString(data)
         extra = _field_payload(data, EXTRA_FIELD)
     except (_message.DecodeError, RuntimeError, IndexError, ValueError) as err:
-        raise SnapshotError(path, f"truncated or corrupt solverstate (not a binary "
-                            f"SolverState: {err or 'protobuf decode error'})") from None
+        cut = truncation(data, caffe_pb2.SolverState, {EXTRA_FIELD: "keras-caffe state"})
+        raise SnapshotError(path, f"{cut}: not a whole solverstate" if cut else
+                            f"truncated or corrupt solverstate (not a binary SolverState: "
+                            f"{err or 'protobuf decode error'})") from None
     try:
         history = [blob_to_array(b, f"history blob {i}") for i, b in enumerate(state.history)]
     except CaffeImportError as err:

@@ -6,7 +6,7 @@ import numpy as np
 
 from keras_caffe.errors import ProtoParseError, WeightsError
 from keras_caffe.importers import hdf5_files
-from keras_caffe.importers.protofile import read_binary
+from keras_caffe.importers.protofile import read_binary, truncation
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
 
@@ -136,7 +136,7 @@ def load_weights(path):
         # names and blobs are still where every Caffe puts them.
         layers = _weights_only(path)
         if layers is None:
-            raise WeightsError(f"{path}: not a Caffe weights file ({err})") from None
+            raise WeightsError(f"{path}: {_unreadable(path, err)}") from None
     weights = {}
     for name, blobs in layers:
         if blobs:
@@ -145,6 +145,14 @@ def load_weights(path):
     if not weights and not layers:
         raise WeightsError(f"{path}: not a Caffe weights file (no layers in it)")
     return weights
+
+
+def _unreadable(path, err):
+    """Why a binary weights file did not parse: where it is cut short when
+    that can be told (``protofile.truncation``), else the parser's error."""
+    with open(path, "rb") as f:
+        detail = truncation(f.read(), caffe_pb2.NetParameter)
+    return detail or f"not a Caffe weights file ({err})"
 
 
 def _c3d_v1_layers(net):
