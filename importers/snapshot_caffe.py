@@ -1,8 +1,8 @@
 """Caffe's snapshot files, written and read as BVLC Caffe does.
 
 ``BINARYPROTO``: ``<prefix>_iter_N.caffemodel`` (``Net::ToProto`` of the
-train net, the bytes Caffe writes: ``keras_caffe.importers.net_proto``) and ``<prefix>_iter_N.solverstate``
-(a ``SolverState``: ``iter``, ``learned_net``, ``history``, ``current_step``;
+train net, the bytes Caffe writes: ``keras_caffe.importers.net_proto``) and
+``<prefix>_iter_N.solverstate`` (a ``SolverState``: ``iter``, ``learned_net``, ``history``, ``current_step``;
 ``SGDSolver::SnapshotSolverStateToBinaryProto``).
 
 ``HDF5``: ``<prefix>_iter_N.caffemodel.h5`` (``/data/<layer>/<blob index>``,

@@ -190,7 +190,8 @@ def test_layer_params_are_what_net_init_leaves(tmp_path):
     net = caffemodel_proto(model, model_blobs(model))
     assert [(layer.name, layer.type, list(layer.bottom), list(layer.top)) for layer in net.layer] \
         == [("data", "Input", [], ["data"]),
-            ("data_data_0_split", "Split", ["data"], ["data_data_0_split_0", "data_data_0_split_1"]),
+            ("data_data_0_split", "Split", ["data"],
+             ["data_data_0_split_0", "data_data_0_split_1"]),
             ("a", "InnerProduct", ["data_data_0_split_0"], ["a"]),
             ("a_a_0_split", "Split", ["a"], ["a_a_0_split_0", "a_a_0_split_1"]),
             ("b", "InnerProduct", ["data_data_0_split_1"], ["b"]),
