@@ -306,12 +306,24 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     #: The net's layer names in prototxt order: Caffe's order of learnable
     #: parameters (``Net::learnable_params``), which solverstates follow.
     model.caffe_layer_order = [layer.name for layer in net.layer]
+    #: The filtered, upgraded net, its ``state.phase`` the import's: what
+    #: Caffe's ``Net::ToProto`` writes into a .caffemodel (``net_proto``).
+    model.caffe_net = _with_phase(net, phase)
     from keras_caffe.importers.api import caffe_parts
 
     # Each layer's ``param { lr_mult decay_mult }`` on its Keras layer,
     # sharers' merged into their owner's as Caffe does.
     ctx.sharing.resolve_multipliers(net, caffe_parts(model))
     return model, blobs
+
+
+def _with_phase(net, phase):
+    from keras_caffe.importers.net_proto import phase_value
+
+    copy = type(net)()
+    copy.CopyFrom(net)
+    copy.state.phase = phase_value(phase)
+    return copy
 
 
 def _batchnorm_scale_pairs(net, outputs):

@@ -8,6 +8,7 @@ import os
 import re
 
 from google.protobuf import message as _message
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf import text_format
 
 from keras_caffe.errors import ProtoParseError
@@ -53,10 +54,95 @@ def read_binary(path, message):
     try:
         proto.ParseFromString(data)
     except (_message.DecodeError, RuntimeError) as err:
+        detail = truncation(data, message)
         raise ProtoParseError(
-            path, f"not a binary {message.DESCRIPTOR.name} file ({err})"
+            path, detail or f"not a binary {message.DESCRIPTOR.name} file ({err})"
         ) from None
     return proto
+
+
+#: Wire types of fixed size: 64-bit and 32-bit.
+_FIXED_SIZES = {1: 8, 5: 4}
+_VARINT_CUT = float("inf")
+#: Field types written length-delimited (besides packed repeated numbers).
+_DELIMITED = {FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_STRING,
+              FieldDescriptor.TYPE_BYTES}
+
+
+def truncation(data, message, extra=None):
+    """Where binary protobuf ``data`` (a ``message``) is cut short, walking
+    its top-level fields (tag, then a varint, 4 or 8 bytes, or a length and
+    that many bytes): ``"truncated at byte N of at least M (...)"`` naming
+    the field that runs past the end, or None when every field ends within
+    the data (a cut exactly between two fields cannot be seen) or the data
+    is corrupt rather than short (a field ``message`` lacks, or of another
+    wire type, runs past the end). ``extra``: ``{field number: name}`` of
+    length-delimited fields beside ``message``'s (our solverstate JSON)."""
+    pos, size = 0, len(data)
+    while pos < size:
+        start = pos
+        tag, pos = _varint_at(data, pos)
+        if tag is None:
+            return _cut(size, size + 1, f"in the tag of a field at byte {start}")
+        if tag < 0:
+            return None
+        field, wire = tag >> 3, tag & 7
+        end = _field_end(data, pos, wire)
+        if end is None:
+            return None
+        if end == _VARINT_CUT or end > size:
+            return _overrun(message, extra or {}, field, wire, start, end, size)
+        pos = end
+    return None
+
+
+def _field_end(data, pos, wire):
+    """Where a field's value starting at ``pos`` ends (``_VARINT_CUT``
+    when the data ends inside its varint), or None for a wire type that is
+    not plain data."""
+    if wire in _FIXED_SIZES:
+        return pos + _FIXED_SIZES[wire]
+    if wire not in (0, 2):
+        return None
+    value, after = _varint_at(data, pos)
+    if value is None:
+        return _VARINT_CUT
+    if value < 0:
+        return None
+    return after + value if wire == 2 else after
+
+
+def _overrun(message, extra, number, wire, start, end, size):
+    field = message.DESCRIPTOR.fields_by_number.get(number)
+    if field is not None and (wire == 2) == (field.type in _DELIMITED or _is_packed(field)):
+        name = f"`{field.name}`"
+    elif number in extra and wire == 2:
+        name = extra[number]
+    else:
+        return None
+    if end == _VARINT_CUT:
+        return _cut(size, size + 1, f"its field {name} at byte {start} is cut")
+    return _cut(size, end, f"its field {name} at byte {start} runs to byte {end}")
+
+
+def _is_packed(field):
+    return field.label == FieldDescriptor.LABEL_REPEATED and field.type not in _DELIMITED
+
+
+def _cut(size, needed, detail):
+    return f"truncated at byte {size} of at least {needed} ({detail})"
+
+
+def _varint_at(data, pos):
+    """``(value, next position)``; ``(None, pos)`` when ``data`` ends inside
+    the varint, ``(-1, pos)`` when it is longer than 10 bytes (corrupt)."""
+    value = shift = 0
+    for i in range(pos, min(pos + 10, len(data))):
+        value |= (data[i] & 0x7F) << shift
+        shift += 7
+        if not data[i] & 0x80:
+            return value, i + 1
+    return (None, pos) if len(data) - pos < 10 else (-1, pos)
 
 
 def read_message(obj, message, text_source):

@@ -1,13 +1,13 @@
 """Caffe's snapshot files, written and read as BVLC Caffe does.
 
-``BINARYPROTO``: ``<prefix>_iter_N.caffemodel`` (a ``NetParameter`` with each
-blob-holding layer's name, type and blobs) and ``<prefix>_iter_N.solverstate``
-(a ``SolverState``: ``iter``, ``learned_net``, ``history``, ``current_step``;
+``BINARYPROTO``: ``<prefix>_iter_N.caffemodel`` (``Net::ToProto`` of the
+train net, the bytes Caffe writes: ``keras_caffe.importers.net_proto``) and
+``<prefix>_iter_N.solverstate`` (a ``SolverState``: ``iter``, ``learned_net``, ``history``, ``current_step``;
 ``SGDSolver::SnapshotSolverStateToBinaryProto``).
 
 ``HDF5``: ``<prefix>_iter_N.caffemodel.h5`` (``/data/<layer>/<blob index>``,
-float32, one group per layer of the net, empty for layers without blobs;
-``Net::ToHDF5``) and ``<prefix>_iter_N.solverstate.h5`` (``/iter`` and
+float32, one group per layer of the net, splits included, empty for layers
+without blobs of their own; ``Net::ToHDF5``) and ``<prefix>_iter_N.solverstate.h5`` (``/iter`` and
 ``/current_step`` int32 (1,), ``/learned_net`` a NUL-terminated fixed-length
 string, ``/history/<i>`` float32; ``SnapshotSolverStateToHDF5``).
 
@@ -29,7 +29,8 @@ from keras_caffe.errors import CaffeImportError
 from keras_caffe.importers import hdf5_files
 from keras_caffe.importers import snapshot_params as sp
 from keras_caffe.importers.api import load_into
-from keras_caffe.importers.export import caffemodel_proto
+from keras_caffe.importers.export import caffemodel_proto, write_hdf5
+from keras_caffe.importers.protofile import truncation
 from keras_caffe.importers.snapshot_io import (
     SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5, resolve_weights,
     sha256_file, write_bytes_durably)
@@ -79,7 +80,7 @@ def write(model, optimizer, weights_path, solverstate_path, learned_net, iterati
     history = sp.slot_blobs(solverstate_path, opt, params)
     if hdf5:
         with atomic_output(weights_path) as tmp:
-            _write_weights_hdf5(tmp, model, blobs)
+            write_hdf5(tmp, model, blobs)
             checksum = sha256_file(tmp)
     else:
         data = caffemodel_proto(model, blobs).SerializeToString()
@@ -109,18 +110,6 @@ def _weights_by_layer(params):
         blob = np.asarray(values[id(p.layer)][p.index], np.float32).reshape(p.shape)
         out.setdefault(p.caffe_layer, []).append(blob)
     return out
-
-
-def _write_weights_hdf5(path, model, blobs):
-    import h5py
-
-    order = getattr(model, "caffe_layer_order", None) or list(blobs)
-    with h5py.File(path, "w") as f:
-        data = f.create_group("data")
-        for name in order:
-            group = data.require_group(name)
-            for i, blob in enumerate(blobs.get(name, ())):
-                group.create_dataset(str(i), data=np.asarray(blob, "<f4"))
 
 
 def _write_state_hdf5(path, iteration, learned_net, step, history, extra):
@@ -192,8 +181,10 @@ def _read_state_binary(path):
         state.ParseFromString(data)
         extra = _field_payload(data, EXTRA_FIELD)
     except (_message.DecodeError, RuntimeError, IndexError, ValueError) as err:
-        raise SnapshotError(path, f"truncated or corrupt solverstate (not a binary "
-                            f"SolverState: {err or 'protobuf decode error'})") from None
+        cut = truncation(data, caffe_pb2.SolverState, {EXTRA_FIELD: "keras-caffe state"})
+        raise SnapshotError(path, f"{cut}: not a whole solverstate" if cut else
+                            f"truncated or corrupt solverstate (not a binary SolverState: "
+                            f"{err or 'protobuf decode error'})") from None
     try:
         history = [blob_to_array(b, f"history blob {i}") for i, b in enumerate(state.history)]
     except CaffeImportError as err:

@@ -1,23 +1,21 @@
 """File plumbing shared by the snapshot formats: durable atomic writes,
 content sniffing, checksums, the stored ``state`` JSON and ``SnapshotError``.
 
-A snapshot file is never visible half-written: it is written to a temporary
-file in the destination's directory, flushed to disk (``fsync``), renamed over
-the destination (``os.replace``, atomic on POSIX), and the directory is
-fsynced so the rename itself survives a crash.
+A snapshot file is never visible half-written: it goes through
+``keras_caffe.importers.atomic.atomic_output`` (a temporary file in the
+destination's directory, fsynced, renamed over the destination, the
+directory fsynced).
 """
 
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 
 from keras_caffe.errors import KerasCaffeError
+from keras_caffe.importers.atomic import (  # noqa: F401 (re-exported)
+    TEMP_PREFIX, atomic_output, fsync_directory, fsync_file, write_bytes_durably)
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-#: Temporary files start with this, so no snapshot listing ever matches them.
-TEMP_PREFIX = ".tmp-"
 
 
 class SnapshotError(KerasCaffeError):
@@ -30,60 +28,6 @@ class SnapshotError(KerasCaffeError):
     def __init__(self, path, message):
         self.path = os.fspath(path) if path is not None else None
         super().__init__(f"{self.path}: {message}" if self.path else message)
-
-
-def fsync_directory(directory):
-    """Flush a directory entry (a rename into it) to disk."""
-    fd = os.open(directory or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_output(path, suffix=""):
-    """``with atomic_output(path) as tmp:`` write the file at ``tmp``; on a
-    clean exit it is fsynced and renamed to ``path`` (then the directory is
-    fsynced); on an error the temporary file is removed and ``path`` keeps its
-    previous content. ``suffix`` ends the temporary name (Keras's
-    ``save_weights`` insists on ``.weights.h5``)."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX + os.path.basename(path) + ".",
-                               suffix=suffix, dir=directory)
-    os.close(fd)
-    try:
-        yield tmp
-        fsync_file(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would give
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_directory(directory)
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_bytes_durably(path, data):
-    """``data`` to ``path`` through ``atomic_output``."""
-    with atomic_output(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
 
 
 def is_hdf5(path):

@@ -6,7 +6,7 @@ import numpy as np
 
 from keras_caffe.errors import ProtoParseError, WeightsError
 from keras_caffe.importers import hdf5_files
-from keras_caffe.importers.protofile import read_binary
+from keras_caffe.importers.protofile import read_binary, truncation
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
 
@@ -87,11 +87,31 @@ def blob_to_array(blob, where):
 
 
 def array_to_blob(array):
-    """A numpy array as a ``BlobProto`` (float32 data, ``shape`` set)."""
-    blob = caffe_pb2.BlobProto()
-    blob.shape.dim.extend(array.shape)
-    blob.data.extend(np.asarray(array, np.float32).ravel().tolist())
-    return blob
+    """A numpy array as a ``BlobProto``, as ``Blob<float>::ToProto`` writes
+    it (src/caffe/blob.cpp): ``shape`` and the float32 values in ``data``,
+    nothing else. Built from the wire bytes (packed little-endian floats),
+    not a Python list of floats per value."""
+    array = np.asarray(array, np.float32)
+    shape = b"".join(_varint(int(d)) for d in array.shape)
+    data = np.ascontiguousarray(array, "<f4").tobytes()
+    wire = _field(5, data) if data else b""  # data = 5 [packed = true]
+    if array.ndim:  # Caffe's 0-d blob has no shape message at all
+        wire += _field(7, _field(1, shape))  # shape = 7 { dim = 1 [packed] }
+    return caffe_pb2.BlobProto.FromString(wire)
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number, payload):
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def load_weights(path):
@@ -116,7 +136,7 @@ def load_weights(path):
         # names and blobs are still where every Caffe puts them.
         layers = _weights_only(path)
         if layers is None:
-            raise WeightsError(f"{path}: not a Caffe weights file ({err})") from None
+            raise WeightsError(f"{path}: {_unreadable(path, err)}") from None
     weights = {}
     for name, blobs in layers:
         if blobs:
@@ -125,6 +145,14 @@ def load_weights(path):
     if not weights and not layers:
         raise WeightsError(f"{path}: not a Caffe weights file (no layers in it)")
     return weights
+
+
+def _unreadable(path, err):
+    """Why a binary weights file did not parse: where it is cut short when
+    that can be told (``protofile.truncation``), else the parser's error."""
+    with open(path, "rb") as f:
+        detail = truncation(f.read(), caffe_pb2.NetParameter)
+    return detail or f"not a Caffe weights file ({err})"
 
 
 def _c3d_v1_layers(net):

@@ -95,7 +95,8 @@ def test_failed_save_leaves_no_partial_file(lenet, tmp_path, monkeypatch, capsys
 
     monkeypatch.setattr(keras.Model, "save", broken_save)
     assert cli.main(["import", str(lenet / "deploy_used.prototxt"), "-o", str(out)]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == "keras-caffe: error: disk full"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        f"keras-caffe: error: {out}: disk full"  # the user's path, not the temporary file's
     assert os.listdir(tmp_path) == []
 
 

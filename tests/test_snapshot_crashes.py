@@ -37,7 +37,7 @@ from support import GOLDEN
 CHILD = r"""
 import os, signal, sys, tempfile
 import keras_caffe
-from keras_caffe.importers import snapshot_io
+from keras_caffe.importers import atomic
 
 fmt, kill_at = sys.argv[1], int(sys.argv[2])
 solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None,
@@ -55,10 +55,10 @@ def counted(real):
         return real(*args, **kwargs)
     return step
 
-snapshot_io.tempfile.mkstemp = counted(tempfile.mkstemp)
-snapshot_io.fsync_file = counted(snapshot_io.fsync_file)
-snapshot_io.os.replace = counted(os.replace)
-snapshot_io.fsync_directory = counted(snapshot_io.fsync_directory)
+atomic.tempfile.mkstemp = counted(tempfile.mkstemp)
+atomic.fsync_file = counted(atomic.fsync_file)
+atomic.os.replace = counted(os.replace)
+atomic.fsync_directory = counted(atomic.fsync_directory)
 solver.snapshot()
 print("STEPS", steps[0])
 """

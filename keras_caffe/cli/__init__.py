@@ -3,6 +3,7 @@
     keras-caffe import deploy.prototxt --weights net.caffemodel -o net.keras
     keras-caffe import train_val.prototxt --phase TRAIN --summary
     keras-caffe import --list-layers
+    keras-caffe export net.keras -o net.caffemodel [--prototxt net.prototxt]
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 32 --bandwidth 10Gbit/s
     keras-caffe analyze deploy.prototxt --batch 1024 --workers 1,2,4,8 --device-flops 6.1T
     keras-caffe train --solver solver.prototxt [--snapshot x_iter_N.solverstate] [--weights w.caffemodel]
@@ -29,7 +30,7 @@ from keras_caffe import _cli_quiet
 from keras_caffe.cli._registry import COMMANDS, cli_wording
 # The subcommands, in the order of `keras-caffe --help`.
 from keras_caffe.cli import (  # noqa: F401
-    import_cmd, analyze_cmd, train_cmd, test_cmd, time_cmd, device_query_cmd,
+    import_cmd, export_cmd, analyze_cmd, train_cmd, test_cmd, time_cmd, device_query_cmd,
     install_horovod_cmd)
 from keras_caffe.cli.import_cmd import layer_table, save_atomically  # noqa: F401
 

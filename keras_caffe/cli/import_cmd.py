@@ -1,8 +1,5 @@
 """``keras-caffe import``: a Caffe net (and weights) as a Keras model."""
 
-import os
-import tempfile
-
 from keras_caffe.cli._registry import (command, data_format_argument, input_shape_argument,
                                        input_shapes, usage)
 
@@ -121,13 +118,9 @@ def _shape_text(shape):
 
 
 def save_atomically(model, path):
-    """``model.save`` to a temporary .keras file, then rename: no partial file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".keras", dir=directory)
-    os.close(fd)
-    try:
-        model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """``model.save`` through ``keras_caffe.importers.atomic`` (no partial
+    file, the user's path in errors, the mode ``open()`` gives), the .keras
+    carrying the model's Caffe net (``keras_caffe.importers.keras_file``)."""
+    from keras_caffe.importers.keras_file import save_keras
+
+    save_keras(model, path)

@@ -199,12 +199,19 @@ def _read(root, path, where):
 
 
 def _write_atomically(path, text):
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    """``text`` over ``path`` through a temporary file and a rename, keeping
+    the file's mode; an ``OSError`` names ``path``, not the temporary file."""
+    from keras_caffe.importers.atomic import user_error
+
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.chmod(tmp, path.stat().st_mode & 0o777)
         os.replace(tmp, path)
+    except OSError as err:
+        raise user_error(err, tmp, str(path)) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
