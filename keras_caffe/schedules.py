@@ -290,6 +290,10 @@ class Warmup(keras.optimizers.schedules.LearningRateSchedule):
 POLICIES = {cls.policy: cls for cls in (Fixed, Step, Exp, Inv, MultiStep, Poly, Sigmoid)}
 
 
+__all__ = ["CaffeSchedule", "Fixed", "Step", "Exp", "Inv", "MultiStep", "Poly", "Sigmoid",
+           "Warmup", "POLICIES", "from_solver", "schedule_from_param"]
+
+
 def from_solver(solver) -> CaffeSchedule:
     """The schedule a Caffe solver file describes.
 
