@@ -329,3 +329,47 @@ def test_the_wheel_declares_rich_and_the_tensorboard_extra():
         return
     assert any(r.split(";")[0].strip() == "rich" for r in requirements)
     assert any('extra == "tensorboard"' in r for r in requirements)
+
+
+# -- a strategy of one replica ---------------------------------------------------------------
+
+def _train_four_steps(optimizer_factory, strategy=None):
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(3)
+    x = np.random.default_rng(0).random((32, 6)).astype("float32")
+    y = np.random.default_rng(1).integers(0, 3, 32)
+
+    def build():
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, name="ip1")])
+        model.compile(optimizer=optimizer_factory(), jit_compile=False,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    if strategy is None:
+        model = build()
+    else:
+        with strategy.scope():
+            model = build()
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1, verbose=0,
+              shuffle=False)
+    return [w.copy() for w in model.get_weights()], int(model.optimizer.iterations.numpy())
+
+
+@pytest.mark.parametrize("factory", [
+    lambda: keras_caffe.SGD(0.1, momentum=0.9, iter_size=2, clip_gradients=1.0),
+    lambda: keras_caffe.YellowFin(iter_size=2, jit_compile=False),
+], ids=["SGD", "YellowFin"])
+def test_iter_size_under_a_one_replica_strategy(factory):
+    """``MirroredStrategy()`` on a machine with one device (the README's
+    snippet): iter_size's update branch runs in cross-replica context as with
+    several replicas (Keras's own apply would merge_call inside it, which
+    TensorFlow refuses), and trains as without a strategy."""
+    import tensorflow as tf
+
+    plain, plain_iterations = _train_four_steps(factory)
+    mirrored, iterations = _train_four_steps(factory, tf.distribute.MirroredStrategy(["CPU:0"]))
+    assert iterations == plain_iterations == 2
+    for a, b in zip(mirrored, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

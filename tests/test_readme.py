@@ -61,12 +61,12 @@ def test_python_block_runs(line, code, readme_folder):
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
-def test_the_use_block_prints_the_optimizer_as_the_readme_says():
+def test_the_use_block_prints_the_optimizer_as_the_readme_says(tmp_path):
     (code,) = [code for _, code in python_blocks() if "print(opt)" in code]
     comment = re.search(r"print\(opt\)\s+# (.*)", code)[1]
     assert comment.endswith(", ...)")
     proc = subprocess.run([sys.executable, "-c", code.split("\nopt = keras_caffe.optimizer_from")[0]],
-                          env=_env(), capture_output=True, text=True, timeout=300, cwd=REPO)
+                          env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().startswith(comment[:-len(", ...)")])
 

@@ -331,8 +331,8 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         updated with these gradients (``replicas.update_each_replica``)."""
         if replicas.replicated_cross_replica():
             if self.use_ema:
-                raise KerasCaffeError(f"{type(self).__name__}: use_ema is not supported with "
-                                      "several tf.distribute replicas")
+                raise KerasCaffeError(f"{type(self).__name__}: use_ema is not supported under "
+                                      "a tf.distribute strategy")
             return replicas.update_each_replica(self, grads, variables)
         return keras.optimizers.Optimizer.apply(self, grads, variables)
 

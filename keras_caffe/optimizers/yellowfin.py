@@ -257,8 +257,9 @@ class YellowFin(CaffeOptimizer):
 
     def _compiles_alone(self, variables):
         """Whether to run the update as its own XLA program here: not when
-        already inside one, nor with several tf.distribute replicas."""
-        return (not self._compiling and replicas.count() == 1
+        already inside one, nor under a tf.distribute strategy (whose update
+        runs in cross-replica context: ``replicas``)."""
+        return (not self._compiling and not tf.distribute.has_strategy()
                 and self.compiles_update(variables))
 
     def _run_compiled(self, method, grads, variables):
