@@ -23,6 +23,10 @@ import pytest
 from support import REPO
 
 README = (REPO / "README.md").read_text()
+#: Texts whose keras-caffe command lines are checked against the CLI.
+DOCUMENTS = {"README.md": README,
+             **{f"docs/{p.name}": p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}}
+NEWLINE = "\n"
 FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -78,26 +82,26 @@ COMMAND = re.compile(r"\bkeras-caffe[ \t]+([a-z][a-z-]*)([^\n`]*)")
 END = re.compile(r"\s(?:\||2>&1|#|;|&&|\(or\b)")
 
 
-def cli_uses():
-    """{subcommand: {flag: README line}} of every keras-caffe command shown:
+def cli_uses(text=README, name="README.md"):
+    """{subcommand: {flag: "file:line"}} of every keras-caffe command shown:
     each line of a fenced block, and inline code that holds a flag or is
     just ``keras-caffe <word>`` (not prose such as an error message)."""
     spans = []
-    for m in FENCE.finditer(README):
+    for m in FENCE.finditer(text):
         offset = m.start(2)
-        for text in m.group(2).splitlines(keepends=True):
-            spans.append((offset, text))
-            offset += len(text)
-    outside = FENCE.sub(lambda m: " " * len(m.group(0)), README)
+        for chunk in m.group(2).splitlines(keepends=True):
+            spans.append((offset, chunk))
+            offset += len(chunk)
+    outside = FENCE.sub(lambda m: " " * len(m.group(0)), text)
     for m in re.finditer(r"`([^`]+)`", outside):
-        text = " ".join(m.group(1).split())
-        if re.fullmatch(r"keras-caffe [a-z-]+", text) or (
-                "keras-caffe " in text and " --" in text):
-            spans.append((m.start(1), text))
+        code = " ".join(m.group(1).split())
+        if re.fullmatch(r"keras-caffe [a-z-]+", code) or (
+                "keras-caffe " in code and " --" in code):
+            spans.append((m.start(1), code))
     uses = {}
-    for offset, text in spans:
-        for m in COMMAND.finditer(text):
-            line = README.count("\n", 0, offset) + 1
+    for offset, span in spans:
+        line = f"{name}:{text.count(NEWLINE, 0, offset) + 1}"
+        for m in COMMAND.finditer(span):
             rest = END.split(m.group(2), maxsplit=1)[0]
             flags = uses.setdefault(m.group(1), {})
             for token in rest.split():
@@ -121,29 +125,29 @@ def test_the_readme_shows_cli_commands():
     assert "--solver" in uses["train"] and "--list-layers" in uses["import"]
 
 
-def test_every_cli_subcommand_and_flag_in_the_readme_exists():
+@pytest.mark.parametrize("name", list(DOCUMENTS))
+def test_every_cli_subcommand_and_flag_shown_exists(name):
     top = cli_help()
     subcommands = set(re.search(r"\{([a-z,-]+)\}", top)[1].split(","))
     problems = []
-    for sub, flags in sorted(cli_uses().items()):
+    for sub, flags in sorted(cli_uses(DOCUMENTS[name], name).items()):
         if sub not in subcommands:
-            problems.append(f"keras-caffe {sub}: no such subcommand ({sorted(subcommands)})")
+            problems.append(f"{name}: keras-caffe {sub}: no such subcommand "
+                            f"({sorted(subcommands)})")
             continue
         known = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", cli_help(sub)))
-        problems += [f"README.md:{line}: keras-caffe {sub} {flag}: no such flag"
+        problems += [f"{line}: keras-caffe {sub} {flag}: no such flag"
                      for flag, line in sorted(flags.items()) if flag not in known]
     assert problems == []
 
 
 def test_the_flag_check_finds_a_wrong_flag():
     """The extraction sees flags in code blocks and inline code."""
-    global README
-    saved = README
-    try:
-        README = saved + "\n```\nkeras-caffe train --solver s.prototxt --no-such-flag 2>&1 | tee x\n```\n"
-        README += "Inline: `keras-caffe time --model m --bogus`.\n"
-        uses = cli_uses()
-    finally:
-        README = saved
+    text = ("Text `keras-caffe needs TensorFlow` and `keras-caffe import`.\n"
+            "```\nkeras-caffe train --solver s.prototxt --no-such-flag 2>&1 | tee x\n```\n"
+            "Inline: `keras-caffe time --model m --bogus`.\n")
+    uses = cli_uses(text, "t.md")
+    assert uses["import"] == {} and "needs" not in uses
+    assert uses["train"]["--no-such-flag"] == "t.md:3"
     assert "--no-such-flag" in uses["train"] and "--bogus" in uses["time"]
     assert "tee" not in uses and "-x" not in uses["train"]
