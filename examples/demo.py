@@ -108,12 +108,16 @@ def replay_golden(golden):
 
 
 def import_golden(golden):
-    from keras_caffe.cli import layer_table
-    from keras_caffe.importers.api import import_net
-
     folder = golden / "forward" / "lenet"
-    imported = import_net(folder / "deploy_used.prototxt", weights=folder / "weights.caffemodel")
-    console.print(layer_table(imported))
+    imported = keras_caffe.importers.import_net(folder / "deploy_used.prototxt",
+                                                weights=folder / "weights.caffemodel")
+    table = Table(title=imported.net.name)
+    for column in ("layer", "type", "output shape (N, C, H, W)", "params"):
+        table.add_column(column)
+    for row in keras_caffe.importers.layer_summary(imported):
+        shapes = ", ".join("loss" if s is None else str(s) for s in row.shapes)
+        table.add_row(row.name, row.type, shapes, f"{row.params:,}" if row.params else "")
+    console.print(table)
     x = np.load(folder / "input.npy").transpose(0, 2, 3, 1)  # channels_last
     prob = keras.ops.convert_to_numpy(imported.model(x))
     caffe = np.load(folder / "outputs.npz")["prob"]

@@ -25,7 +25,9 @@ The FireCaffe / Caffe2 recipe with ``keras_caffe.distributed``:
   (training and validation, each worker validating its share) over the
   workers.
 - ``CaffeLogger`` prints Caffe's training log and ``CaffeSnapshot`` writes
-  ``<prefix>_iter_N`` snapshots at every epoch's end: on rank 0 only.
+  ``<prefix>_iter_N`` snapshots at every epoch's end, in the folder of
+  ``--snapshot-prefix`` (``horovod_snapshots/``), which rank 0 prints at the
+  end: on rank 0 only.
 - ``kd.failures()`` turns a lost worker into one ``DistributedError``.
 
 Data: seeded synthetic 16x16 grey images of a sinusoidal grating at one of
@@ -61,7 +63,10 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=32, help="per-worker batch")
     parser.add_argument("--samples", type=int, default=4096, help="training images")
     parser.add_argument("--yellowfin", action="store_true", help="YellowFin instead of SGD")
-    parser.add_argument("--snapshot-prefix", default="horovod_snapshots/cnn")
+    parser.add_argument("--snapshot-prefix", default="horovod_snapshots/cnn",
+                        help="snapshots are <prefix>_iter_N files; the folder is created and "
+                             "printed at the end (default: horovod_snapshots/ under the "
+                             "current directory)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--display", type=int, default=20, help="log every N iterations")
     args = parser.parse_args(argv)
@@ -149,7 +154,9 @@ def main(argv=None):
         print(f"final: loss {last['loss']:.4f} accuracy {last['accuracy']:.4f} "
               f"val_loss {last['val_loss']:.4f} val_accuracy {last['val_accuracy']:.4f}")
         written = callbacks[3].written
-        print(f"snapshots: {', '.join(os.path.basename(f.solverstate) for f in written)}")
+        folder = os.path.dirname(os.path.abspath(written[-1].solverstate))
+        print(f"snapshots in {folder}: "
+              f"{', '.join(os.path.basename(f.solverstate) for f in written)}")
     return 0
 
 

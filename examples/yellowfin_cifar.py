@@ -34,6 +34,7 @@ import math
 import os
 import pickle
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,10 +45,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_caffe  # noqa: E402
+from keras_caffe import KerasCaffeError  # noqa: E402
 from keras_caffe.callbacks import YellowFinMonitor  # noqa: E402
-from keras_caffe.callbacks.caffe_logger import BatchLosses  # noqa: E402
-from keras_caffe.errors import KerasCaffeError  # noqa: E402
-from keras_caffe.importers.export import write_atomically  # noqa: E402
 
 CIFAR_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
 
@@ -157,22 +156,41 @@ class StepRecorder(keras.callbacks.Callback):
 
     ``fit`` logs the running mean ``m_k`` of the epoch's first ``k`` batch
     losses; batch ``k``'s own loss is ``k m_k - (k - 1) m_(k-1)``
-    (``keras_caffe.callbacks.caffe_logger.BatchLosses``).
+    (several batches averaged when ``steps_per_execution`` > 1).
     """
 
     def __init__(self):
         super().__init__()
         self.series = {"step": [], "loss": [], "yf_lr": [], "yf_mu": []}
-        self._losses = BatchLosses()
+        self._seen, self._mean = 0, 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._losses.reset()
+        self._seen, self._mean = 0, 0.0
 
     def on_train_batch_end(self, batch, logs=None):
+        seen, mean = batch + 1, float(logs["loss"])
+        loss = (seen * mean - self._seen * self._mean) / max(seen - self._seen, 1)
+        self._seen, self._mean = seen, mean
         self.series["step"].append(len(self.series["step"]) + 1)
-        self.series["loss"].append(self._losses.update(batch, logs["loss"]))
+        self.series["loss"].append(loss)
         self.series["yf_lr"].append(float(logs["yf_lr"]))
         self.series["yf_mu"].append(float(logs["yf_mu"]))
+
+
+def write_atomically(path, data):
+    """``data`` to ``path`` through a temporary file in the same folder and a
+    rename: a crash leaves the old file or the new one, never a partial one."""
+    path = Path(path)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def csv_bytes(series):

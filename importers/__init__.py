@@ -4,17 +4,21 @@
   .solverstate) protocol buffer files, with errors that name file:line:column.
 - ``solver``: solver files, upgraded from the legacy ``solver_type`` enum.
 - ``import_model``: a Caffe net (+ weights) -> a Keras model, through one
-  registered converter per layer type (``converters/``).
+  registered converter per layer type (``layer_types/``). ``import_net``
+  also returns the filtered net and its blobs (an ``ImportedNet``), and
+  ``layer_summary`` lists its layers as ``keras-caffe import`` does.
 - ``net_pipeline`` / ``layer_pipeline``: the data layers (LMDB Data,
-  ImageData, HDF5Data, DummyData, MemoryData, Input) as ``tf.data`` pipelines
-  with Caffe's batches, resumable and shardable.
+  ImageData, HDF5Data, DummyData, MemoryData, Input) as ``DataPipeline``s
+  with Caffe's batches, resumable and shardable: ``.dataset()`` is the
+  ``tf.data.Dataset``, and iterating the pipeline yields the batches.
 - ``save_snapshot`` / ``load_snapshot``: ``_iter_N`` snapshots in Caffe's
   formats (.caffemodel + .solverstate, binary or HDF5) and ours.
 """
 
-from keras_caffe.importers.api import caffe_layers, import_model, load_into
+from keras_caffe.importers.api import ImportedNet, caffe_layers, import_model, import_net, load_into
 from keras_caffe.importers.export import export_caffemodel, param_multipliers
 from keras_caffe.importers.netfile import filter_net, net_state, read_net
+from keras_caffe.importers.pipeline_core import DataPipeline
 from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline, pipeline_errors
 from keras_caffe.importers.protofile import parse_text, read_binary, read_text
 from keras_caffe.importers.registry import (
@@ -24,6 +28,7 @@ from keras_caffe.importers.registry import (
 )
 from keras_caffe.importers.snapshot import SnapshotError, load_snapshot, save_snapshot
 from keras_caffe.importers.solver import read_solver
+from keras_caffe.importers.summary import LayerSummary, layer_summary
 from keras_caffe.importers.training import training_args
 from keras_caffe.importers.weights import load_weights
 
@@ -32,4 +37,5 @@ __all__ = [
     "net_state", "parse_text", "read_binary", "read_text", "read_solver", "converter",
     "registered_types", "unregister_converter", "training_args", "save_snapshot",
     "load_snapshot", "SnapshotError", "layer_pipeline", "net_pipeline", "pipeline_errors",
+    "DataPipeline", "import_net", "ImportedNet", "layer_summary", "LayerSummary",
 ]

@@ -129,7 +129,18 @@ class DataPipeline:
     worker), ``num_records`` (records in one pass over the source, before
     sharding), ``shapes`` ({top: one batch's shape in the model's layout}),
     ``shard_index`` / ``num_shards``, ``seed`` and ``layers`` (the layer
-    names). ``dataset(start_batch)`` gives the batches.
+    names).
+
+    ``dataset(start_batch)`` is the ``tf.data.Dataset`` of the batches, for
+    ``model.fit(pipeline.dataset(), steps_per_epoch=...)`` and tf.data's own
+    transformations (``.take(n)``, ``.map``). Iterating the pipeline itself
+    gives the same batches eagerly, from batch 0 and without end::
+
+        for step, batch in zip(range(3), pipeline):
+            batch["data"].shape   # {top: float32 tensor}
+
+    An error from inside the pipeline (a bad record, a missing file) comes
+    out as keras-caffe's own (``LayerError`` naming the layer, file or key).
     """
 
     #: Context manager turning errors from inside a pipeline back into keras-caffe's.
@@ -169,6 +180,19 @@ class DataPipeline:
         options = tf.data.Options()
         options.deterministic = True
         return ds.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+    def __iter__(self):
+        """This worker's batches from batch 0, endless: ``dataset()``'s
+        elements, {top: float32 tensor}, with errors raised inside the
+        pipeline re-raised as keras-caffe's."""
+        iterator = iter(self.dataset())
+        while True:
+            with self.errors():
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+            yield batch
 
     def __repr__(self):
         shapes = ", ".join(f"{t}: {self.shapes[t]}" for t in self.tops)

@@ -33,9 +33,18 @@ from keras_caffe import _require  # noqa: F401
 from keras_caffe import layers, losses, schedules
 from keras_caffe.errors import (
     ArgumentError,
+    CaffeImportError,
+    DistributedError,
+    GraphError,
+    HorovodBuildError,
     KerasCaffeError,
+    LayerError,
     ProtoParseError,
     SolverError,
+    TensorFlowRequirementError,
+    UnknownLayerError,
+    UnsafeLayerError,
+    WeightsError,
 )
 from keras_caffe.optimizers import (
     SGD,
@@ -48,26 +57,49 @@ from keras_caffe.optimizers import (
     YellowFin,
 )
 from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
+from keras_caffe.importers.layer_types.base import DuplicateConverterError
+from keras_caffe.importers.snapshot_io import SnapshotError
+from keras_caffe.distributed._hvd import HorovodUnavailableError
 from keras_caffe.lms import LMS
+from keras_caffe.lms_graph import LayerLimitError
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
 from keras_caffe.solver import Solver, get_solver
 
+#: Every exception keras-caffe raises on purpose. ``KerasCaffeError`` (a
+#: ``ValueError``) is the base of all but two ``ImportError``s:
+#: ``TensorFlowRequirementError`` and ``HorovodUnavailableError``.
+ERRORS = (
+    "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError", "CaffeImportError",
+    "UnknownLayerError", "UnknownLayerTypeError", "UnsafeLayerError", "GraphError",
+    "LayerError", "LayerLimitError", "WeightsError", "SnapshotError", "DuplicateConverterError",
+    "DistributedError", "HorovodBuildError", "TensorFlowRequirementError",
+    "HorovodUnavailableError",
+)
+
 __all__ = [
     "SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam", "CaffeOptimizer", "YellowFin",
-    "optimizer_from_solver", "Solver", "get_solver", "schedules", "import_model", "export_caffemodel", "param_multipliers", "layers",
-    "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError", "LMS",
+    "optimizer_from_solver", "Solver", "get_solver", "schedules", "import_model",
+    "export_caffemodel", "param_multipliers", "layers", "LMS", *ERRORS,
 ]
 
-#: submodules loaded when first reached as attributes (PEP 562)
-_LAZY = ("callbacks", "distributed")
+#: Loaded when first reached as attributes (PEP 562), so ``import
+#: keras_caffe`` stays as fast as it is: name -> module that defines it.
+_LAZY = {
+    "callbacks": "keras_caffe.callbacks",
+    "distributed": "keras_caffe.distributed",
+    "importers": "keras_caffe.importers",
+    "UnknownLayerTypeError": "keras_caffe.importers.analyze.core",
+}
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keras_caffe' has no attribute {name!r}")
+    import importlib
 
-        return importlib.import_module(f"keras_caffe.{name}")
-    raise AttributeError(f"module 'keras_caffe' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    return loaded if module == f"keras_caffe.{name}" else getattr(loaded, name)
 
 
 def __dir__():

@@ -109,3 +109,8 @@ class TensorFlowRequirementError(ImportError):
     def __init__(self, message, found=None):
         self.found = found
         super().__init__(message)
+
+
+class HorovodUnavailableError(ImportError):
+    """Horovod is not installed (or not built for TensorFlow). The message is
+    one line saying how to install it (``keras-caffe install-horovod``)."""

@@ -21,10 +21,15 @@ sigmoid     base_lr / (1 + exp(-gamma * (iter - stepsize)))
 of Goyal et al., "Accurate, Large Minibatch SGD" (2017).
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import keras
 from keras import ops
 
 from keras_caffe._checks import check_int, check_number
+from keras_caffe._floats import float32_value, shown
 from keras_caffe.errors import ArgumentError, SolverError
 from keras_caffe._serializable import register
 
@@ -40,14 +45,29 @@ class CaffeSchedule(keras.optimizers.schedules.LearningRateSchedule):
     (``step``, ``exp`` and ``multistep`` call ``pow`` in double; ``inv``,
     ``poly`` and ``sigmoid`` stay in float). The rate is returned as float32,
     equal to Caffe's to the last printed digit.
+
+    ``float32_fields=True`` says the float arguments are a solver file's
+    ``float`` fields (``from_solver`` sets it): they are rounded to float32,
+    as Caffe holds them, and ``get_config`` and ``repr`` show the shortest
+    decimal of that float32 (``0.1``, not ``0.10000000149011612``).
+    Otherwise they are used as given.
     """
 
-    policy = None
-    solver_fields = ()
+    policy: str | None = None
+    solver_fields: tuple[str, ...] = ()
     compute_dtype = "float64"
 
-    def __init__(self, base_lr):
-        self.base_lr = check_number(type(self).__name__, "base_lr", base_lr)
+    def __init__(self, base_lr: float, *, float32_fields: bool = False):
+        if not isinstance(float32_fields, bool):
+            raise ArgumentError(type(self).__name__, "float32_fields",
+                                f"must be True or False, got {float32_fields!r}")
+        self.float32_fields = float32_fields
+        self.base_lr = self._float("base_lr", base_lr)
+
+    def _float(self, name, value, **limits):
+        """A float argument, checked, rounded to float32 for a solver file's."""
+        value = check_number(type(self).__name__, name, value, **limits)
+        return float32_value(value) if self.float32_fields else value
 
     def __call__(self, step):
         return ops.cast(self.rate(ops.cast(step, self.compute_dtype)), "float32")
@@ -55,13 +75,26 @@ class CaffeSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def rate(self, iteration):
         raise NotImplementedError
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = {"base_lr": self.base_lr}
         config.update({name: getattr(self, name) for name in self.solver_fields})
+        config = {k: shown(v, self.float32_fields) for k, v in config.items()}
+        if self.float32_fields:
+            config["float32_fields"] = True
         return config
 
+    def caffe_fields(self) -> dict:
+        """The solver file's fields: ``base_lr``, ``lr_policy`` and the
+        policy's own, as shown in ``repr`` (shortest float32 decimals for a
+        solver file's)."""
+        config = self.get_config()
+        config.pop("float32_fields", None)
+        return {"base_lr": config.pop("base_lr"), "lr_policy": self.policy, **config}
+
     def __repr__(self):
-        args = ", ".join(f"{k}={_short(v)}" for k, v in self.get_config().items())
+        config = self.get_config()
+        config.pop("float32_fields", None)
+        args = ", ".join(f"{k}={v!r}" for k, v in config.items())
         return f"{type(self).__name__}({args})"
 
 
@@ -82,9 +115,10 @@ class Step(CaffeSchedule):
     policy = "step"
     solver_fields = ("gamma", "stepsize")
 
-    def __init__(self, base_lr, gamma, stepsize):
-        super().__init__(base_lr)
-        self.gamma = check_number("Step", "gamma", gamma)
+    def __init__(self, base_lr: float, gamma: float, stepsize: int, *,
+                 float32_fields: bool = False):
+        super().__init__(base_lr, float32_fields=float32_fields)
+        self.gamma = self._float("gamma", gamma)
         self.stepsize = check_int("Step", "stepsize", stepsize, low=1)
 
     def rate(self, iteration):
@@ -98,9 +132,9 @@ class Exp(CaffeSchedule):
     policy = "exp"
     solver_fields = ("gamma",)
 
-    def __init__(self, base_lr, gamma):
-        super().__init__(base_lr)
-        self.gamma = check_number("Exp", "gamma", gamma)
+    def __init__(self, base_lr: float, gamma: float, *, float32_fields: bool = False):
+        super().__init__(base_lr, float32_fields=float32_fields)
+        self.gamma = self._float("gamma", gamma)
 
     def rate(self, iteration):
         return self.base_lr * ops.power(self.gamma, iteration)
@@ -114,10 +148,11 @@ class Inv(CaffeSchedule):
     solver_fields = ("gamma", "power")
     compute_dtype = "float32"
 
-    def __init__(self, base_lr, gamma, power):
-        super().__init__(base_lr)
-        self.gamma = check_number("Inv", "gamma", gamma)
-        self.power = check_number("Inv", "power", power)
+    def __init__(self, base_lr: float, gamma: float, power: float, *,
+                 float32_fields: bool = False):
+        super().__init__(base_lr, float32_fields=float32_fields)
+        self.gamma = self._float("gamma", gamma)
+        self.power = self._float("power", power)
 
     def rate(self, iteration):
         return self.base_lr * ops.power(1.0 + self.gamma * iteration, -self.power)
@@ -135,9 +170,10 @@ class MultiStep(CaffeSchedule):
     policy = "multistep"
     solver_fields = ("gamma", "stepvalue")
 
-    def __init__(self, base_lr, gamma, stepvalue):
-        super().__init__(base_lr)
-        self.gamma = check_number("MultiStep", "gamma", gamma)
+    def __init__(self, base_lr: float, gamma: float, stepvalue: int | Sequence[int], *,
+                 float32_fields: bool = False):
+        super().__init__(base_lr, float32_fields=float32_fields)
+        self.gamma = self._float("gamma", gamma)
         if isinstance(stepvalue, (int, float)):
             stepvalue = [stepvalue]
         values = [check_int("MultiStep", "stepvalue", v, low=0) for v in stepvalue]
@@ -168,9 +204,10 @@ class Poly(CaffeSchedule):
     solver_fields = ("power", "max_iter")
     compute_dtype = "float32"
 
-    def __init__(self, base_lr, power, max_iter):
-        super().__init__(base_lr)
-        self.power = check_number("Poly", "power", power)
+    def __init__(self, base_lr: float, power: float, max_iter: int, *,
+                 float32_fields: bool = False):
+        super().__init__(base_lr, float32_fields=float32_fields)
+        self.power = self._float("power", power)
         self.max_iter = check_int("Poly", "max_iter", max_iter, low=1)
 
     def rate(self, iteration):
@@ -190,9 +227,10 @@ class Sigmoid(CaffeSchedule):
     solver_fields = ("gamma", "stepsize")
     compute_dtype = "float32"
 
-    def __init__(self, base_lr, gamma, stepsize):
-        super().__init__(base_lr)
-        self.gamma = check_number("Sigmoid", "gamma", gamma)
+    def __init__(self, base_lr: float, gamma: float, stepsize: int, *,
+                 float32_fields: bool = False):
+        super().__init__(base_lr, float32_fields=float32_fields)
+        self.gamma = self._float("gamma", gamma)
         self.stepsize = check_int("Sigmoid", "stepsize", stepsize, low=0)
 
     def rate(self, iteration):
@@ -211,7 +249,8 @@ class Warmup(keras.optimizers.schedules.LearningRateSchedule):
     the batch (and the rate) is scaled up k times.
     """
 
-    def __init__(self, schedule, warmup_iter, start_factor=0.1):
+    def __init__(self, schedule: keras.optimizers.schedules.LearningRateSchedule | float,
+                 warmup_iter: int, start_factor: float = 0.1):
         if not isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
             if isinstance(schedule, (int, float)):
                 schedule = Fixed(schedule)
@@ -230,7 +269,7 @@ class Warmup(keras.optimizers.schedules.LearningRateSchedule):
         factor = self.start_factor + (1.0 - self.start_factor) * progress
         return ops.cast(self.schedule(step), "float32") * ops.cast(factor, "float32")
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {
             "schedule": keras.saving.serialize_keras_object(self.schedule),
             "warmup_iter": self.warmup_iter,
@@ -245,18 +284,17 @@ class Warmup(keras.optimizers.schedules.LearningRateSchedule):
 
     def __repr__(self):
         return (f"Warmup({self.schedule!r}, warmup_iter={self.warmup_iter}, "
-                f"start_factor={_short(self.start_factor)})")
-
-
-def _short(value):
-    """Floats read from solver files are float32: show them as written."""
-    return f"{value:.7g}" if isinstance(value, float) else repr(value)
+                f"start_factor={self.start_factor!r})")
 
 
 POLICIES = {cls.policy: cls for cls in (Fixed, Step, Exp, Inv, MultiStep, Poly, Sigmoid)}
 
 
-def from_solver(solver):
+__all__ = ["CaffeSchedule", "Fixed", "Step", "Exp", "Inv", "MultiStep", "Poly", "Sigmoid",
+           "Warmup", "POLICIES", "from_solver", "schedule_from_param"]
+
+
+def from_solver(solver) -> CaffeSchedule:
     """The schedule a Caffe solver file describes.
 
     ``solver`` is a path, prototxt text or a parsed ``SolverParameter``.
@@ -270,7 +308,7 @@ def from_solver(solver):
     return schedule_from_param(param, source)
 
 
-def schedule_from_param(param, source):
+def schedule_from_param(param, source) -> CaffeSchedule:
     """``from_solver`` for a parsed ``SolverParameter`` and its source name."""
     valid = ", ".join(POLICIES)
     if not param.HasField("lr_policy"):
@@ -291,7 +329,7 @@ def schedule_from_param(param, source):
         )
     kwargs = {f: _value(param, f) for f in cls.solver_fields}
     try:
-        return cls(base_lr=param.base_lr, **kwargs)
+        return cls(base_lr=param.base_lr, float32_fields=True, **kwargs)
     except ArgumentError as err:
         raise SolverError(source, str(err)) from None
 

@@ -14,7 +14,7 @@ import re
 from hvd_support import check, horovodrun, python, require_horovod
 from support import REPO
 
-from keras_caffe.distributed._hvd import INSTALL_HINT
+from keras_caffe.distributed._hvd import INSTALL_HINT  # the tests may read internals
 
 SCRIPT = REPO / "examples" / "horovod_train.py"
 FINAL = re.compile(r"final: loss ([0-9.]+) accuracy ([0-9.]+) val_loss ([0-9.]+) "
@@ -35,7 +35,8 @@ def test_two_workers(tmp_path):
            "scaled x2)" in out
     accuracy, val_accuracy = final(out)
     assert accuracy > 0.7 and val_accuracy > 0.75, out[-3000:]
-    assert "[0]<stdout>:snapshots: cnn_iter_128.solverstate, cnn_iter_192.solverstate" in out
+    assert (f"[0]<stdout>:snapshots in {tmp_path.resolve() / 'horovod_snapshots'}: "
+            "cnn_iter_128.solverstate, cnn_iter_192.solverstate") in out
     assert "[1]<stdout>:" not in out  # rank 1 prints nothing ...
     assert not re.search(r"\[1\]<stderr>:I\d{4} .*solver\.cpp", out)  # ... and logs nothing
     # Caffe's log from rank 0: the scaled, warmed-up step policy (0.01 x 2 after the

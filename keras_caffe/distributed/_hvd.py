@@ -3,16 +3,13 @@
 import importlib
 import sys
 
+from keras_caffe.errors import HorovodUnavailableError  # noqa: F401  (defined there)
+
 INSTALL_HINT = (
     "keras_caffe.distributed needs Horovod 0.28.1 built for TensorFlow with Gloo: "
     "run `keras-caffe install-horovod` (builds it against the installed TensorFlow "
     "2.16 to 2.21; needs cmake, make, g++)"
 )
-
-
-class HorovodUnavailableError(ImportError):
-    """Horovod is not installed (or not built for TensorFlow). The message is
-    one line saying how to install it."""
 
 
 def horovod():

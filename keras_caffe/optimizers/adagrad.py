@@ -1,10 +1,13 @@
 """Caffe's AdaGrad solver."""
 
-import keras
-from keras import ops
+from __future__ import annotations
 
-from keras_caffe._checks import check_number
-from keras_caffe.optimizers.base import CaffeOptimizer
+from collections.abc import Mapping
+
+from keras import ops
+from keras.optimizers.schedules import LearningRateSchedule
+
+from keras_caffe.optimizers.base import CaffeOptimizer, shared_arguments
 from keras_caffe._serializable import register
 
 
@@ -26,9 +29,22 @@ class AdaGrad(CaffeOptimizer):
     solver_fields = ("delta",)
     slot_names = ("history",)
 
-    def __init__(self, learning_rate=0.01, delta=1e-8, **kwargs):
-        super().__init__(learning_rate=learning_rate, **kwargs)
-        self.delta = check_number(type(self).__name__, "delta", delta)
+    def __init__(
+        self,
+        learning_rate: float | LearningRateSchedule = 0.01,
+        delta: float = 1e-8,
+        *,
+        weight_decay: float = 0.0,
+        regularization_type: str = "L2",
+        clip_gradients: float | None = None,
+        iter_size: int = 1,
+        lr_mult: Mapping[str, float] | None = None,
+        decay_mult: Mapping[str, float] | None = None,
+        float32_fields: bool = False,
+        **kwargs,
+    ):
+        super().__init__(learning_rate, **shared_arguments(locals()), **kwargs)
+        self.delta = self.caffe_float("delta", delta)
 
     def update_step(self, gradient, variable, learning_rate):
         h = self.slot(self.history, variable)

@@ -1,10 +1,13 @@
 """Caffe's Adam solver."""
 
-import keras
-from keras import ops
+from __future__ import annotations
 
-from keras_caffe._checks import check_number
-from keras_caffe.optimizers.base import CaffeOptimizer
+from collections.abc import Mapping
+
+from keras import ops
+from keras.optimizers.schedules import LearningRateSchedule
+
+from keras_caffe.optimizers.base import CaffeOptimizer, shared_arguments
 from keras_caffe._serializable import register
 
 
@@ -28,12 +31,26 @@ class Adam(CaffeOptimizer):
     solver_fields = ("momentum", "momentum2", "delta")
     slot_names = ("m", "v")
 
-    def __init__(self, learning_rate=0.001, momentum=0.9, momentum2=0.999, delta=1e-8, **kwargs):
-        super().__init__(learning_rate=learning_rate, **kwargs)
-        owner = type(self).__name__
-        self.momentum = check_number(owner, "momentum", momentum, high=1.0, high_open=True)
-        self.momentum2 = check_number(owner, "momentum2", momentum2, high=1.0, high_open=True)
-        self.delta = check_number(owner, "delta", delta)
+    def __init__(
+        self,
+        learning_rate: float | LearningRateSchedule = 0.001,
+        momentum: float = 0.9,
+        momentum2: float = 0.999,
+        delta: float = 1e-8,
+        *,
+        weight_decay: float = 0.0,
+        regularization_type: str = "L2",
+        clip_gradients: float | None = None,
+        iter_size: int = 1,
+        lr_mult: Mapping[str, float] | None = None,
+        decay_mult: Mapping[str, float] | None = None,
+        float32_fields: bool = False,
+        **kwargs,
+    ):
+        super().__init__(learning_rate, **shared_arguments(locals()), **kwargs)
+        self.momentum = self.caffe_float("momentum", momentum, high=1.0, high_open=True)
+        self.momentum2 = self.caffe_float("momentum2", momentum2, high=1.0, high_open=True)
+        self.delta = self.caffe_float("delta", delta)
 
     def update_step(self, gradient, variable, learning_rate):
         m = self.slot(self.m, variable)

@@ -22,11 +22,16 @@ runs once per update on the sum of the replicas' gradients (the global
 batch's), in cross-replica context: see ``keras_caffe.optimizers.replicas``.
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
+
 import keras
 import tensorflow as tf
 from keras import ops
 
 from keras_caffe._checks import check_int, check_number
+from keras_caffe._floats import float32_value, shortest, shown
 from keras_caffe.errors import ArgumentError, DistributedError, KerasCaffeError
 from keras_caffe.optimizers import multipliers, replicas
 
@@ -39,6 +44,17 @@ _REFUSED = {
         "use `iter_size` (Caffe's accumulation: sum, clip, then divide)"
     ),
 }
+
+
+#: The arguments every Caffe solver takes, keyword-only, after its own.
+SHARED_ARGUMENTS = ("weight_decay", "regularization_type", "clip_gradients", "iter_size",
+                    "lr_mult", "decay_mult", "float32_fields")
+
+
+def shared_arguments(arguments: Mapping) -> dict:
+    """The ``SHARED_ARGUMENTS`` of a subclass's ``__init__`` (its ``locals()``),
+    to hand to ``CaffeOptimizer.__init__``."""
+    return {name: arguments[name] for name in SHARED_ARGUMENTS}
 
 
 class CaffeOptimizer(keras.optimizers.Optimizer):
@@ -54,6 +70,11 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         iter_size: accumulate gradients over this many batches per update.
         lr_mult, decay_mult: dicts from variable path or glob pattern to a
             float, Caffe's per-parameter ``param { lr_mult decay_mult }``.
+        float32_fields: the float arguments are a solver file's ``float``
+            fields (``optimizer_from_solver`` sets it): they are rounded to
+            float32, as Caffe holds them, and ``get_config``/``repr`` show
+            the shortest decimal of that float32 (``0.9``, not
+            ``0.8999999761581421``). Otherwise they are used as given.
         **kwargs: ``name``, ``use_ema``, ``ema_momentum``,
             ``ema_overwrite_frequency``, ``loss_scale_factor`` as for any Keras
             optimizer. Keras's ``clipnorm``, ``clipvalue``,
@@ -62,26 +83,30 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
     """
 
     #: The solver file's ``type`` string.
-    caffe_type = None
+    caffe_type: str | None = None
     #: SolverParameter fields the solver takes besides the shared ones.
-    solver_fields = ()
+    solver_fields: tuple[str, ...] = ()
     #: Per-variable state (Caffe's history blobs): each name becomes an
     #: attribute holding one optimizer variable per model variable.
-    slot_names = ()
+    slot_names: tuple[str, ...] = ()
 
     def __init__(
         self,
-        learning_rate=0.01,
+        learning_rate: float | keras.optimizers.schedules.LearningRateSchedule = 0.01,
         *,
-        weight_decay=0.0,
-        regularization_type="L2",
-        clip_gradients=None,
-        iter_size=1,
-        lr_mult=None,
-        decay_mult=None,
+        weight_decay: float = 0.0,
+        regularization_type: str = "L2",
+        clip_gradients: float | None = None,
+        iter_size: int = 1,
+        lr_mult: Mapping[str, float] | None = None,
+        decay_mult: Mapping[str, float] | None = None,
+        float32_fields: bool = False,
         **kwargs,
     ):
         owner = type(self).__name__
+        if not isinstance(float32_fields, bool):
+            raise ArgumentError(owner, "float32_fields",
+                                f"must be True or False, got {float32_fields!r}")
         if keras.backend.backend() != "tensorflow":
             raise KerasCaffeError(
                 f"{owner}: keras-caffe needs the TensorFlow backend "
@@ -95,18 +120,30 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
             learning_rate = check_number(owner, "learning_rate", learning_rate)
         super().__init__(learning_rate=learning_rate, **kwargs)
         self._rate_source = learning_rate
-        self.caffe_weight_decay = check_number(owner, "weight_decay", weight_decay)
+        self._float32_fields = float32_fields
+        self.caffe_weight_decay = self.caffe_float("weight_decay", weight_decay)
         if regularization_type not in ("L2", "L1"):
             raise ArgumentError(
                 owner, "regularization_type", f"must be 'L2' or 'L1', got {regularization_type!r}"
             )
         self.regularization_type = regularization_type
         if clip_gradients is not None:
-            clip_gradients = check_number(owner, "clip_gradients", clip_gradients)
+            clip_gradients = self.caffe_float("clip_gradients", clip_gradients)
         self.clip_gradients = clip_gradients
         self.iter_size = check_int(owner, "iter_size", iter_size, low=1)
         self.lr_mult = multipliers.validate(owner, "lr_mult", lr_mult)
         self.decay_mult = multipliers.validate(owner, "decay_mult", decay_mult)
+
+    @property
+    def float32_fields(self) -> bool:
+        """Whether the float arguments are a solver file's float32 fields."""
+        return self._float32_fields
+
+    def caffe_float(self, name, value, **limits):
+        """A float argument checked by ``check_number(**limits)``, rounded to
+        float32 when it is a solver file's (``float32_fields``)."""
+        value = check_number(type(self).__name__, name, value, **limits)
+        return float32_value(value) if self._float32_fields else value
 
     def build(self, variables):
         if self.built:
@@ -294,8 +331,8 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         updated with these gradients (``replicas.update_each_replica``)."""
         if replicas.replicated_cross_replica():
             if self.use_ema:
-                raise KerasCaffeError(f"{type(self).__name__}: use_ema is not supported with "
-                                      "several tf.distribute replicas")
+                raise KerasCaffeError(f"{type(self).__name__}: use_ema is not supported under "
+                                      "a tf.distribute strategy")
             return replicas.update_each_replica(self, grads, variables)
         return keras.optimizers.Optimizer.apply(self, grads, variables)
 
@@ -321,19 +358,60 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
 
     # -- serialization --------------------------------------------------------
 
-    def get_config(self):
+    def get_config(self) -> dict:
+        """Keras's config plus the Caffe fields. A float rate, held in a
+        float32 variable, is given as the shortest decimal of that float32
+        (``0.01``, not ``0.009999999776482582``), and so are a solver file's
+        fields (``float32_fields``): ``from_config`` rebuilds the same float32
+        values."""
         config = super().get_config()
         for key in _REFUSED:
             config.pop(key, None)
-        config.update(
-            {
-                "weight_decay": self.caffe_weight_decay,
-                "regularization_type": self.regularization_type,
-                "clip_gradients": self.clip_gradients,
-                "iter_size": self.iter_size,
-                "lr_mult": dict(self.lr_mult),
-                "decay_mult": dict(self.decay_mult),
-            }
-        )
-        config.update({name: getattr(self, name) for name in self.solver_fields})
+        if isinstance(config.get("learning_rate"), float):
+            config["learning_rate"] = shortest(config["learning_rate"])
+        fields = {
+            "weight_decay": self.caffe_weight_decay,
+            "regularization_type": self.regularization_type,
+            "clip_gradients": self.clip_gradients,
+            "iter_size": self.iter_size,
+        }
+        fields.update({name: getattr(self, name) for name in self.solver_fields})
+        config.update({k: shown(v, self._float32_fields) for k, v in fields.items()})
+        config.update(lr_mult=dict(self.lr_mult), decay_mult=dict(self.decay_mult))
+        if self._float32_fields:
+            config["float32_fields"] = True
         return config
+
+    # -- repr -------------------------------------------------------------------
+
+    def rate_fields(self) -> dict:
+        """The rate as a solver file gives it: ``base_lr`` and ``lr_policy``
+        with the policy's fields for a Caffe schedule (``fixed`` for a
+        number), else ``learning_rate`` holding the schedule."""
+        source = self._rate_source
+        if isinstance(source, keras.optimizers.schedules.LearningRateSchedule):
+            fields = getattr(source, "caffe_fields", None)
+            return fields() if fields is not None else {"learning_rate": source}
+        if callable(source):
+            return {"learning_rate": source}
+        rate = float(ops.convert_to_numpy(self.learning_rate))
+        return {"base_lr": shortest(rate), "lr_policy": "fixed"}
+
+    def repr_fields(self) -> dict:
+        """What ``repr`` shows: the rate, the solver's own fields,
+        ``weight_decay``, and the other Caffe arguments where they are not
+        their defaults."""
+        fields = self.rate_fields()
+        fields.update({name: getattr(self, name) for name in self.solver_fields})
+        fields["weight_decay"] = self.caffe_weight_decay
+        optional = {"regularization_type": (self.regularization_type, "L2"),
+                    "clip_gradients": (self.clip_gradients, None),
+                    "iter_size": (self.iter_size, 1),
+                    "lr_mult": (dict(self.lr_mult), {}),
+                    "decay_mult": (dict(self.decay_mult), {})}
+        fields.update({k: v for k, (v, default) in optional.items() if v != default})
+        return {k: shown(v, self._float32_fields) for k, v in fields.items()}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.repr_fields().items())
+        return f"{type(self).__name__}({args})"

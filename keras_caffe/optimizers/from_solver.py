@@ -3,13 +3,14 @@
 from keras_caffe.errors import ArgumentError, SolverError
 from keras_caffe.importers.solver import read_solver
 from keras_caffe.optimizers import SOLVERS
+from keras_caffe.optimizers.base import CaffeOptimizer
 from keras_caffe.schedules import schedule_from_param
 
 # Caffe CHECKs that these solvers get no momentum.
 _NO_MOMENTUM = ("AdaGrad", "RMSProp")
 
 
-def optimizer_from_solver(solver, **overrides):
+def optimizer_from_solver(solver, **overrides) -> CaffeOptimizer:
     """Build the optimizer (and its schedule) a Caffe solver file describes.
 
     ``solver`` is a path to a ``solver.prototxt``, its text, or a parsed
@@ -19,6 +20,9 @@ def optimizer_from_solver(solver, **overrides):
     ``clip_gradients`` and ``iter_size``. ``overrides`` are passed to the
     optimizer's constructor and win over the file (for example ``lr_mult``
     and ``decay_mult``, which Caffe keeps in the net, not the solver).
+    The file's float fields are float32, as in Caffe (``float32_fields``):
+    the optimizer computes with them as read, and ``get_config``/``repr``
+    show them as written (``momentum=0.9``).
 
     Raises ``ProtoParseError`` (file:line:column) for a syntax error and
     ``SolverError`` naming the file for content Caffe would refuse.
@@ -40,6 +44,7 @@ def optimizer_from_solver(solver, **overrides):
         "regularization_type": param.regularization_type,
         "clip_gradients": param.clip_gradients if param.clip_gradients >= 0 else None,
         "iter_size": param.iter_size,
+        "float32_fields": True,  # caffe.proto's float fields
     }
     kwargs.update({field: getattr(param, field) for field in cls.solver_fields})
     kwargs.update(overrides)

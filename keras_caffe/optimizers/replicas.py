@@ -40,16 +40,19 @@ def count():
 
 
 def replicated_replica_context():
-    """The replica context when running inside ``strategy.run`` of a strategy
-    with several replicas; None otherwise."""
-    if count() == 1 or tf.distribute.in_cross_replica_context():
+    """The replica context when running inside ``strategy.run`` of a
+    ``tf.distribute`` strategy; None otherwise. A strategy of one replica
+    (``MirroredStrategy()`` on a machine with one device) takes the same
+    path: Keras's own ``apply`` would ``merge_call`` inside the ``iter_size``
+    branch, which TensorFlow refuses."""
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
         return None
     return tf.distribute.get_replica_context()
 
 
 def replicated_cross_replica():
-    """Whether this runs in cross-replica context of a strategy with several replicas."""
-    return count() > 1 and tf.distribute.in_cross_replica_context()
+    """Whether this runs in cross-replica context of a ``tf.distribute`` strategy."""
+    return tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context()
 
 
 def root(strategy):

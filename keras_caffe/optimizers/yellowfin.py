@@ -1,13 +1,18 @@
 """YellowFin, the momentum and learning-rate tuner, as a Caffe-style optimizer."""
 
+from __future__ import annotations
+
 import collections
+import inspect
 import math
+from collections.abc import Mapping
 
 import keras
 import tensorflow as tf
 from keras import ops
 
 from keras_caffe._checks import check_int, check_number
+from keras_caffe._floats import shortest
 from keras_caffe._serializable import register
 from keras_caffe.errors import ArgumentError
 from keras_caffe.optimizers import yellowfin_feedback as feedback
@@ -119,7 +124,9 @@ class YellowFin(CaffeOptimizer):
             plain TensorFlow ops; "auto": True where big variables hold most
             of the parameters (``compiles_update``). A compiled training
             step compiles the update in any case.
-        **kwargs: the shared Caffe arguments of ``CaffeOptimizer``.
+        weight_decay, regularization_type, clip_gradients, iter_size,
+            lr_mult, decay_mult: Caffe's, as for ``CaffeOptimizer``.
+        **kwargs: Keras's ``name``, ``use_ema``, ... (see ``CaffeOptimizer``).
 
     ``tuned_learning_rate``, ``tuned_momentum``, ``h_min``, ``h_max``,
     ``grad_var``, ``dist_to_opt`` and ``skipped_steps`` read the state (NaN for
@@ -137,17 +144,27 @@ class YellowFin(CaffeOptimizer):
     #: True while an XLA-compiled update is being traced (nested calls run plainly).
     _compiling = False
 
-    def __init__(self, learning_rate=1e-4, momentum=0.0, *, lr_factor=1.0, clip_thresh=None,
-                 beta=0.999, curv_win_width=20, zero_debias=True, sparsity_debias=False,
-                 use_unsmoothed_lr_mu=True, h_min_log_smooth=True, h_max_log_smooth=True,
-                 use_adaptive_clip=True, stat_protect_fac=100.0, use_nesterov=False,
-                 closed_loop=False, staleness=0, feedback_gain=0.01, jit_compile="auto",
+    def __init__(self, learning_rate: float = 1e-4, momentum: float = 0.0, *,
+                 lr_factor: float | _Schedule = 1.0, clip_thresh: float | None = None,
+                 beta: float = 0.999, curv_win_width: int = 20, zero_debias: bool = True,
+                 sparsity_debias: bool = False, use_unsmoothed_lr_mu: bool = True,
+                 h_min_log_smooth: bool = True, h_max_log_smooth: bool = True,
+                 use_adaptive_clip: bool = True, stat_protect_fac: float = 100.0,
+                 use_nesterov: bool = False, closed_loop: bool = False, staleness: int = 0,
+                 feedback_gain: float = 0.01, jit_compile: bool | str = "auto",
+                 weight_decay: float = 0.0, regularization_type: str = "L2",
+                 clip_gradients: float | None = None, iter_size: int = 1,
+                 lr_mult: Mapping[str, float] | None = None,
+                 decay_mult: Mapping[str, float] | None = None,
                  **kwargs):
         owner = type(self).__name__
         if isinstance(learning_rate, _Schedule) or callable(learning_rate):
             raise ArgumentError(owner, "learning_rate", "must be a number (the rate before "
                                 "tuning starts); schedule the tuned rate with `lr_factor`")
-        super().__init__(learning_rate=learning_rate, **kwargs)
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay,
+                         regularization_type=regularization_type,
+                         clip_gradients=clip_gradients, iter_size=iter_size, lr_mult=lr_mult,
+                         decay_mult=decay_mult, **kwargs)
         self.momentum = check_number(owner, "momentum", momentum, high=1.0, high_open=True)
         self._lr_factor = lr_factor if isinstance(lr_factor, _Schedule) else \
             check_number(owner, "lr_factor", lr_factor)
@@ -240,8 +257,9 @@ class YellowFin(CaffeOptimizer):
 
     def _compiles_alone(self, variables):
         """Whether to run the update as its own XLA program here: not when
-        already inside one, nor with several tf.distribute replicas."""
-        return (not self._compiling and replicas.count() == 1
+        already inside one, nor under a tf.distribute strategy (whose update
+        runs in cross-replica context: ``replicas``)."""
+        return (not self._compiling and not tf.distribute.has_strategy()
                 and self.compiles_update(variables))
 
     def _run_compiled(self, method, grads, variables):
@@ -434,14 +452,35 @@ class YellowFin(CaffeOptimizer):
 
     # -- serialization ---------------------------------------------------------------
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         factor = self.lr_factor
+        if isinstance(factor, float) and self.built:  # read from its float32 variable
+            factor = shortest(factor)
         config["lr_factor"] = keras.optimizers.schedules.serialize(factor) \
             if isinstance(factor, _Schedule) else factor
         config.update(closed_loop=self.closed_loop, staleness=self.staleness,
                       feedback_gain=self.feedback_gain, jit_compile=self.jit_compile)
         return config
+
+    def rate_fields(self) -> dict:
+        """The rate before tuning starts, and ``lr_factor``."""
+        rate = shortest(float(ops.convert_to_numpy(self.learning_rate)))
+        factor = self.lr_factor
+        return {"learning_rate": rate,
+                "lr_factor": shortest(factor) if isinstance(factor, float) else factor}
+
+    def repr_fields(self) -> dict:
+        """The rate and ``momentum``, then every argument that is not its
+        default."""
+        fields = super().repr_fields()
+        defaults = {name: p.default for name, p in
+                    inspect.signature(YellowFin.__init__).parameters.items()}
+        fields.update(closed_loop=self.closed_loop, staleness=self.staleness,
+                      feedback_gain=self.feedback_gain, jit_compile=self.jit_compile)
+        keep = ("learning_rate", "momentum", "weight_decay")
+        return {k: v for k, v in fields.items()
+                if k in keep or k not in defaults or v != defaults[k]}
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
