@@ -30,7 +30,7 @@ quiet_cli_start()
 # raises a one-line TensorFlowRequirementError naming what to install.
 from keras_caffe import _require  # noqa: F401
 
-from keras_caffe import layers, losses, schedules
+from keras_caffe import initializers, layers, losses, schedules  # registers the serializables .keras files name
 from keras_caffe.errors import (
     ArgumentError,
     CaffeImportError,
