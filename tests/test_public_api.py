@@ -373,3 +373,28 @@ def test_iter_size_under_a_one_replica_strategy(factory):
     assert iterations == plain_iterations == 2
     for a, b in zip(mirrored, plain):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_an_imported_keras_file_loads_with_only_import_keras_caffe(tmp_path):
+    """``keras.models.load_model`` of a saved import needs nothing beyond
+    ``import keras_caffe`` (its initializers and layers are registered)."""
+    import subprocess
+    import sys
+
+    from support import GOLDEN
+
+    lenet = GOLDEN / "forward" / "lenet"
+    out = tmp_path / "lenet.keras"
+    code = ("import sys, keras, keras_caffe\n"
+            "if sys.argv[1] == 'save':\n"
+            "    m = keras_caffe.import_model(sys.argv[2], sys.argv[3])\n"
+            "    m.save(sys.argv[4])\n"
+            "else:\n"
+            "    m = keras.models.load_model(sys.argv[4])\n"
+            "    print(m.count_params())\n")
+    args = [str(lenet / "deploy_used.prototxt"), str(lenet / "weights.caffemodel"), str(out)]
+    subprocess.run([sys.executable, "-c", code, "save", *args], check=True, capture_output=True)
+    run = subprocess.run([sys.executable, "-c", code, "load", *args], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "431080"
