@@ -18,6 +18,8 @@ KEYS = {
     "yf_target_mu": "target_momentum",
     "yf_total_mu": "total_momentum",
 }
+#: The closed loop's keys, left out of the logs when it is off.
+CLOSED_LOOP_KEYS = ("yf_target_mu", "yf_total_mu")
 
 
 class YellowFinMonitor(keras.callbacks.Callback):
@@ -27,12 +29,14 @@ class YellowFinMonitor(keras.callbacks.Callback):
     of the last update; ``yf_h_min``, ``yf_h_max``, ``yf_grad_var`` (C) and
     ``yf_dist_to_opt`` (D) its statistics; ``yf_target_mu`` is SingleStep's
     momentum and ``yf_total_mu`` the measured total momentum of closed-loop
-    YellowFin (NaN in the open loop). Callbacks listed after this one
+    YellowFin; these two are left out when the closed loop is off. The
+    optimizer's ``learning_rate`` is the tuned rate (``yf_lr``), which is
+    what TensorBoard logs as ``learning_rate``. Callbacks listed after this one
     see them: put it before ``CSVLogger`` and ``TensorBoard``; ``History``
     (added last by ``fit``) always records them. The model's optimizer must be
     a ``YellowFin``, possibly inside a ``LossScaleOptimizer``.
 
-    Each batch end reads the eight values from the device (one transfer).
+    Each batch end reads the values from the device (one transfer).
     """
 
     def on_train_begin(self, logs=None):
@@ -49,9 +53,9 @@ class YellowFinMonitor(keras.callbacks.Callback):
     def values(self):
         """``{log key: float}`` read from the optimizer now."""
         optimizer = self._optimizer()
-        stacked = ops.stack([ops.cast(getattr(optimizer, name), "float32")
-                             for name in KEYS.values()])
-        return dict(zip(KEYS, (float(v) for v in np.asarray(stacked))))
+        keys = [k for k in KEYS if optimizer.closed_loop or k not in CLOSED_LOOP_KEYS]
+        stacked = ops.stack([ops.cast(getattr(optimizer, KEYS[k]), "float32") for k in keys])
+        return dict(zip(keys, (float(v) for v in np.asarray(stacked))))
 
     def _optimizer(self):
         optimizer = getattr(self.model, "optimizer", None)

@@ -45,6 +45,18 @@ With ``elastic=True`` (``keras-caffe train --elastic`` under ``horovodrun
 the job: the state is committed every ``commit_every`` iterations, and the
 survivors go back to the last commit, re-shard the data for the new number
 of workers and continue (``keras_caffe.distributed.elastic_solver``).
+
+Signals (``solve(sigint_effect=, sighup_effect=)``, ``keras-caffe train
+-sigint_effect``): while ``solve`` runs, Ctrl-C (SIGINT) and SIGTERM stop
+training after the running iterations, write the snapshot
+``snapshot_after_train`` asks for and log "Optimization stopped early.";
+SIGHUP writes a snapshot and training goes on: Caffe's ``-sigint_effect
+stop`` / ``-sighup_effect snapshot`` (``keras_caffe.signals``). The solver
+looks at the signals where Caffe does, after an iteration and after a test
+pass, but runs up to ``MAX_CHUNK`` iterations (never across a display, test
+or snapshot point) in one compiled call, and looks after the call. Under
+Horovod the workers agree at each look (one all-reduce of two flags), so a
+signal to any worker stops, or snapshots, all of them at the same iteration.
 """
 
 import contextlib
@@ -56,6 +68,7 @@ import keras
 import tensorflow as tf
 
 from keras_caffe import solver_state
+from keras_caffe._checks import check_int
 from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 from keras_caffe.distributed.faults import failures
 from keras_caffe.errors import (ArgumentError, DistributedError, KerasCaffeError, SolverError,
@@ -63,8 +76,10 @@ from keras_caffe.errors import (ArgumentError, DistributedError, KerasCaffeError
 from keras_caffe.importers.data_errors import pipeline_errors
 from keras_caffe.net_step import (NetOutputs, mirrored_train_function, resolve_jit,
                                   test_function, train_function)
+from keras_caffe.progress import ProgressLog
 from keras_caffe.proto import caffe_pb2
 from keras_caffe.random_state import random_states, restore_random_states
+from keras_caffe.signals import NOTHING, SIGHUP_EFFECT, SIGINT_EFFECT, SignalEffects, agree
 
 _FORMATS = {caffe_pb2.SolverParameter.BINARYPROTO: "caffe", caffe_pb2.SolverParameter.HDF5: "caffe_hdf5"}
 _LOGS = ("caffe", "progress", None)
@@ -109,13 +124,18 @@ class Solver:
         elastic: under an elastic ``horovodrun``, recover from lost workers
             and take in new ones (``solve`` commits every ``commit_every``
             iterations; default: ``display``, else ``snapshot``, else 100).
+        max_iter: train to this iteration instead of the file's ``max_iter``
+            (an integer >= 1; ``keras-caffe train --max-iter``).
+
+    After ``solve``, ``stopped_early`` names the signal(s) that stopped
+    training (``"SIGINT"``), or is None.
     """
 
     def __init__(self, solver, *, weights=None, data_format="channels_last", arrays=None,
                  log="caffe", stream=None, jit_compile="auto", snapshot_format=None,
                  shard_index=None, num_shards=None, distributed="auto", scale_lr=False,
                  warmup_iters=0, lms=None, devices=None, elastic=False,
-                 commit_every=None):
+                 commit_every=None, max_iter=None):
         from keras_caffe.distributed.context import worker
         from keras_caffe.importers.solver import read_solver
 
@@ -125,7 +145,13 @@ class Solver:
             raise KerasCaffeError(f"Solver: distributed must be 'auto' or False, got "
                                   f"{distributed!r}")
         self.param, self.source = read_solver(solver)
+        if max_iter is not None:
+            self.param = _with_max_iter(self.param, check_int("Solver", "max_iter", max_iter, low=1))
         p = self.param
+        self.stopped_early = None
+        self._signals = None  # the SignalEffects while solve runs
+        self._report = None  # the ProgressLog in progress mode
+        self._snapshot_iter = None  # the iteration of this process's last snapshot
         self.elastic = _elastic_option(elastic, commit_every, shard_index, num_shards)
         self.commit_every = commit_every or p.display or p.snapshot or MAX_CHUNK
         self._on_commit = None  # set while elastic training runs
@@ -253,26 +279,61 @@ class Solver:
                     f"{path}: none of its layers ({_names(found)}) is a layer of the net with "
                     f"blobs ({_names(report.kept)}): weights of another net? Caffe copies "
                     "weights by layer name")
-            self._report_copy(path, report)
+            self._report_copy(path, report, list(found))
             reports.append(report)
         return reports
 
-    def _report_copy(self, path, report):
-        lines = [f"Copied {len(report.copied)} layer(s) from {path}: {_names(report.copied)}"]
-        lines += [f"Ignoring source layer {name}" for name in report.ignored]
-        if report.kept:
-            lines.append(f"Not in {path}, learned from their fillers: {_names(report.kept)}")
-        for line in lines:
-            if self._log:
-                self._log.info(line)
-            elif self._progress:
-                print(line, file=sys.stderr)
+    def _report_copy(self, path, report, order):
+        """What ``copy_from`` copied. Caffe's log: Net::CopyTrainedLayersFrom's
+        lines, layer by layer in the file's order ("Copying source layer",
+        Caffe's debug line, and "Ignoring source layer"), then a summary;
+        progress mode: the summary alone, one line on stderr."""
+        copied = set(report.copied)
+        summary = f"Copied {len(report.copied)} layer(s) from {path}: {_names(report.copied)}"
+        kept = (f"Not in {path}, learned from their fillers: {_names(report.kept)}"
+                if report.kept else "")
+        if self._log:
+            for name in order:
+                if name in copied:
+                    self._log.line("net.cpp:749", f"Copying source layer {name}")
+                elif name in report.ignored:
+                    self._log.line("net.cpp:746", f"Ignoring source layer {name}")
+            for line in (summary, kept):
+                if line:
+                    self._log.info(line)
+        elif self._progress:
+            ignored = (f". Ignoring source layer(s) not in the net: {_names(report.ignored)}"
+                       if report.ignored else "")
+            print(summary + ignored + (f". {kept}" if kept else ""), file=sys.stderr)
 
     # -- Caffe's loop --------------------------------------------------------------
 
-    def solve(self, resume_file=None):
+    def solve(self, resume_file=None, *, sigint_effect=SIGINT_EFFECT,
+              sighup_effect=SIGHUP_EFFECT):
         """Train to ``max_iter`` (resuming from a ``.solverstate`` if given),
-        snapshot after training, test at the end: ``Solver::Solve``."""
+        snapshot after training, test at the end: ``Solver::Solve``.
+
+        ``sigint_effect`` / ``sighup_effect``: what SIGINT (Ctrl-C) and SIGHUP
+        do while it runs, as Caffe's ``-sigint_effect`` / ``-sighup_effect``:
+        ``"stop"`` (SIGINT's default: stop, write the ``snapshot_after_train``
+        snapshot, return with ``stopped_early`` set), ``"snapshot"`` (SIGHUP's
+        default: write a snapshot, go on) or ``"none"`` (ignore it). SIGTERM
+        always stops. The handlers are installed for the duration of the call
+        and the previous ones put back; called from a thread other than the
+        main thread, ``solve`` installs none and leaves signals alone (Python
+        delivers signals to the main thread only).
+        """
+        effects = SignalEffects(sigint_effect, sighup_effect)
+        self.stopped_early = None
+        self._report = ProgressLog(self.param.max_iter) if self._progress else None
+        with effects:
+            self._signals = effects
+            try:
+                self._solve(resume_file)
+            finally:
+                self._signals = None
+
+    def _solve(self, resume_file):
         if self._log:
             self._log.solving(self.net.name, self.param.lr_policy or "fixed")
         if resume_file:
@@ -284,8 +345,15 @@ class Solver:
         else:
             self.step(self.param.max_iter - self.iter)
         p = self.param
-        if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0):
+        if p.snapshot_after_train and (not p.snapshot or self.iter % p.snapshot != 0) \
+                and self._snapshot_iter != self.iter:
             self.snapshot()
+        if self.stopped_early:
+            if self._log:
+                self._log.line("solver.cpp:311", "Optimization stopped early.")
+            elif self._report:
+                self._report.finished(self.iter, self.smoothed_loss, stopped=self.stopped_early)
+            return
         if p.display and self.iter % p.display == 0:
             self._smoothed.update(self._extra_loss(), self.iter)
         final = self.smoothed_loss if p.display and self.iter % p.display == 0 else None
@@ -293,8 +361,8 @@ class Solver:
             self.test_all()
         if self._log:
             self._log.finished(self.iter, final)
-        elif self._progress:
-            print()
+        elif self._report:
+            self._report.finished(self.iter, self.smoothed_loss)
 
     def step(self, iters):
         """Run ``iters`` iterations: ``Solver::Step``."""
@@ -302,13 +370,16 @@ class Solver:
         start = self.iter
         stop = start + int(iters)
         self._smoothed = SmoothedLoss(p.average_loss, start)
-        progbar = keras.utils.Progbar(p.max_iter, stateful_metrics=["loss", "lr"]) \
-            if self._progress else None
+        report = self._progress_log()
+        if report:
+            report.begin(start)
         timer, last = time.perf_counter(), start
         while self.iter < stop:
             it = self.iter
             if p.test_interval and it % p.test_interval == 0 and (it > 0 or p.test_initialization):
                 self.test_all()
+                if self._act_on_signals():  # Caffe's Solver::Test looks during the test
+                    break
             k = self._chunk(it, stop)
             with tf.device(self._device), pipeline_errors(), failures(lambda: f"iteration {it}"):
                 losses, values = self._run(self._train_input(), tf.constant(k))
@@ -324,13 +395,35 @@ class Solver:
                                                         self._train_outputs.weights)))
                     self._log.rate(it + i, self.optimizer.rate_at(it + i))
                     timer, last = now, it + i
-            if progbar is not None:
-                progbar.update(self.iter, values=[("loss", self.smoothed_loss),
-                                                  ("lr", self.optimizer.rate_at(self.iter - 1))])
-            if p.snapshot and self.iter % p.snapshot == 0:
-                self.snapshot()
+            if report:
+                report.update(self.iter, self.smoothed_loss, self.optimizer.rate_at(self.iter - 1))
+            if self._act_on_signals(scheduled=bool(p.snapshot and self.iter % p.snapshot == 0)):
+                break
             if self._on_commit is not None and self.iter % self.commit_every == 0:
                 self._on_commit()
+
+    def _progress_log(self):
+        """The ``ProgressLog`` in progress mode (on rank 0), else None."""
+        if self._progress and self._report is None:
+            self._report = ProgressLog(self.param.max_iter)
+        return self._report if self._progress else None
+
+    def _act_on_signals(self, scheduled=False):
+        """Caffe's ``GetRequestedAction`` after an iteration or a test: write
+        a snapshot if one is ``scheduled`` or a signal asks for one; True
+        when a signal asks to stop."""
+        request = self._signals.take() if self._signals is not None else NOTHING
+        if self._signals is not None and self.distributed:
+            request = agree(request)  # every worker, at the same point
+        who = "+".join(request.signals) or "a signal to another worker"
+        if request and self._log:
+            self._log.info(f"{who}: {'stopping' if request.stop else 'snapshot'} at iteration "
+                           f"{self.iter}")
+        if scheduled or request.snapshot:
+            self.snapshot()
+        if request.stop:
+            self.stopped_early = who
+        return request.stop
 
     def _chunk(self, it, stop):
         """Iterations until the next point where Python must act: a display
@@ -379,7 +472,11 @@ class Solver:
         if self._log:
             self._log.outputs("Test", list(zip(outputs.names, means, outputs.weights)))
         self._test_batches[index] += count
-        return dict(zip(outputs.names, (float(v) for v in means)))
+        result = dict(zip(outputs.names, (float(v) for v in means)))
+        report = self._progress_log()
+        if report:
+            report.tested(self.iter, index, result)
+        return result
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -389,6 +486,7 @@ class Solver:
         write nothing)."""
         from keras_caffe.importers.snapshot import save_snapshot
 
+        self._snapshot_iter = self.iter
         if not self.worker.is_chief:
             return None
         prefix = self.param.snapshot_prefix or os.path.splitext(str(self.source))[0]
@@ -398,6 +496,9 @@ class Solver:
                               format=self.snapshot_format, state=self._state())
         if self._log:
             self._log.snapshot(files.weights, files.solverstate, files.format)
+        report = self._progress_log()
+        if report:
+            report.snapshotted(self.iter, files.weights, files.solverstate)
         return files
 
     def restore(self, path):
@@ -691,6 +792,14 @@ def _single():
     from keras_caffe.distributed.context import Worker
 
     return Worker(0, 1, 0, 1, None)
+
+
+def _with_max_iter(param, max_iter):
+    """A copy of ``param`` with ``max_iter`` (the caller's message is left alone)."""
+    copy = caffe_pb2.SolverParameter()
+    copy.CopyFrom(param)
+    copy.max_iter = max_iter
+    return copy
 
 
 def get_solver(path, **kwargs):

@@ -1,4 +1,13 @@
-"""``keras-caffe train``: a solver file end to end, as ``caffe train``."""
+"""``keras-caffe train``: a solver file end to end, as ``caffe train``.
+
+Signals, as ``caffe train`` (``tools/caffe.cpp``): Ctrl-C (SIGINT) stops
+training after the running iterations, writes a snapshot (the solver's
+``snapshot_after_train``, true by default) and exits with 0; SIGHUP writes a
+snapshot and training goes on; ``-sigint_effect`` / ``-sighup_effect``
+(``stop``, ``snapshot``, ``none``) change that. SIGTERM stops as SIGINT's
+``stop`` does. A Ctrl-C before training starts (while the nets are built)
+exits with 130 and one line, no traceback.
+"""
 
 import contextlib
 import logging
@@ -13,6 +22,14 @@ def _arguments(parser):
                         help="resume from this .solverstate (ours or Caffe's)")
     parser.add_argument("--weights", "-weights",
                         help="start from these .caffemodel weights (comma-separated list)")
+    parser.add_argument("--max-iter", "-max_iter", type=int, metavar="N",
+                        help="train to iteration N instead of the solver's max_iter (N >= 1)")
+    for name, default in (("sigint", "stop"), ("sighup", "snapshot")):
+        parser.add_argument(f"--{name}-effect", f"-{name}_effect", default=default,
+                            choices=["stop", "snapshot", "none"],
+                            help=f"what {name.upper()} does while training (Caffe's "
+                                 f"-{name}_effect; default: {default}): stop (snapshot, then "
+                                 "stop; exit 0), snapshot (and go on) or none. SIGTERM stops")
     parser.add_argument("--log", "--log-format", dest="log", choices=["progress", "caffe"],
                         default="progress",
                         help="a progress bar (default), or Caffe's log lines on stderr (under "
@@ -61,13 +78,19 @@ def _arguments(parser):
 def run(args):
     from keras_caffe.lms import from_cli
 
+    if args.max_iter is not None and args.max_iter < 1:
+        raise usage(f"--max-iter must be >= 1, got {args.max_iter}")
     if args.warmup_iters < 0:
         raise usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
     if args.commit_every is not None and (args.commit_every < 1 or not args.elastic):
         raise usage(f"--commit-every {args.commit_every}: needs --elastic and N >= 1")
     lms = from_cli(args.lms, args.lms_frac)
-    with _lms_log(lms is not None):
-        return _train(args, lms)
+    try:
+        with _lms_log(lms is not None):
+            return _train(args, lms)
+    except KeyboardInterrupt:  # before solve installs its handlers, or after
+        print("keras-caffe: interrupted outside training (nothing to snapshot)", file=sys.stderr)
+        return 130
 
 
 @contextlib.contextmanager
@@ -159,8 +182,10 @@ def _train(args, lms):
                     data_format=args.data_format, snapshot_format=args.snapshot_format,
                     jit_compile=jit(args.jit), scale_lr=args.scale_lr,
                     warmup_iters=args.warmup_iters, lms=lms, devices=devices,
-                    elastic=args.elastic, commit_every=args.commit_every) as solver:
-            solver.solve(resume_file=args.snapshot)
+                    elastic=args.elastic, commit_every=args.commit_every,
+                    max_iter=args.max_iter) as solver:
+            solver.solve(resume_file=args.snapshot, sigint_effect=args.sigint_effect,
+                         sighup_effect=args.sighup_effect)
     except distributed.HorovodUnavailableError as err:  # --elastic needs Horovod
         print(f"keras-caffe: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1

@@ -344,7 +344,7 @@ class YellowFin(CaffeOptimizer):
 
     def _tune(self, grads, variables, sums):
         """Measure, tune and store mu and the rate; return the ``_Update``."""
-        learning_rate = self.learning_rate
+        learning_rate = self._initial_rate()
         t_int = ops.copy(self.iterations)  # a read, not the variable
         t = ops.cast(t_int, "float32")
         tuning = ops.greater(t_int, 0)
@@ -397,9 +397,25 @@ class YellowFin(CaffeOptimizer):
     def tuned_learning_rate(self):
         """The rate of the last update (``learning_rate`` before the first)."""
         if not self.built:
-            return float(self.learning_rate)
+            return float(self._initial_rate())
         return ops.where(ops.greater(self.iterations, 0), self._yf_lr,
-                         ops.cast(self.learning_rate, "float32"))
+                         ops.cast(self._initial_rate(), "float32"))
+
+    @property
+    def learning_rate(self):
+        """The tuned rate, ``tuned_learning_rate`` (before ``lr_factor``), so
+        that what Keras logs as the rate (TensorBoard's ``learning_rate``) is
+        the rate YellowFin tuned. Setting it sets the first update's rate, as
+        the ``learning_rate`` argument does."""
+        return self.tuned_learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        keras.optimizers.Optimizer.learning_rate.fset(self, value)
+
+    def _initial_rate(self):
+        """The ``learning_rate`` argument's rate (Keras's ``learning_rate``)."""
+        return keras.optimizers.Optimizer.learning_rate.fget(self)
 
     @property
     def tuned_momentum(self):

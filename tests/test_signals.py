@@ -1,0 +1,189 @@
+"""Signals during ``keras-caffe train`` as during ``caffe train``
+(tools/caffe.cpp, util/signal_handler.cpp, Solver::Step/Solve): SIGINT
+(Ctrl-C) stops after a snapshot and exits 0, SIGHUP snapshots and training
+goes on, ``-sigint_effect none`` ignores SIGINT, SIGTERM always stops.
+
+The runs train the golden SGD case (batch 16 of 64 rows: the data position
+matters) through the installed CLI; each is signalled when its log shows a
+given iteration. Resuming a stopped run gives the uninterrupted run's
+weights bit for bit."""
+
+import os
+import re
+import signal
+import threading
+
+import pytest
+
+import keras_caffe
+from keras_caffe.errors import ArgumentError
+from keras_caffe.signals import Request, SignalEffects
+from train_runs import (FOREVER, Running, assert_same_weights, golden_folder, messages,
+                        plain_lines, snapshots, train)
+
+END = 40  # the uninterrupted run's max_iter (the signals come at iteration 3)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(golden, tmp_path_factory):
+    """The golden SGD case trained to END without a signal (snapshots every 10)."""
+    folder = golden_folder(golden, tmp_path_factory.mktemp("signals"), "uninterrupted")
+    train("--solver", "solver.prototxt", "--max-iter", END, cwd=folder)
+    assert snapshots(folder) == [10, 20, 30, 40]
+    return folder
+
+
+def stopping_iteration(log):
+    """N of the stop's snapshot, ``Snapshotting to binary proto file snap/run_iter_N``."""
+    found = re.findall(r"Snapshotting to binary proto file snap/run_iter_(\d+)\.caffemodel", log)
+    return int(found[-1])
+
+
+def every_10_and(n):
+    """The snapshots of a run stopped at ``n``: every 10 iterations, and ``n``."""
+    return sorted({*range(10, n + 1, 10), n})
+
+
+def test_sigint_stops_with_a_snapshot_and_resume_equals_the_uninterrupted_run(
+        golden, tmp_path, uninterrupted):
+    folder = golden_folder(golden, tmp_path, "stopped")
+    run = Running("--solver", "solver.prototxt", "--max-iter", FOREVER, "--log", "caffe",
+                  cwd=folder)
+    run.wait_for(r"\] Iteration 3 \(")
+    run.send(signal.SIGINT)
+    status, log, _ = run.finish()
+    assert status == 0, log[-3000:]
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log
+    n = stopping_iteration(log)
+    assert 3 < n < END  # display 1: one iteration per compiled call, a look after each
+    lines = messages(log)
+    assert lines[-4:] == [
+        f"SIGINT: stopping at iteration {n}",
+        f"Snapshotting to binary proto file snap/run_iter_{n}.caffemodel",
+        f"Snapshotting solver state to binary proto file snap/run_iter_{n}.solverstate",
+        "Optimization stopped early."]
+    assert snapshots(folder) == every_10_and(n)
+
+    resumed = train("--solver", "solver.prototxt", "--snapshot", f"snap/run_iter_{n}.solverstate",
+                    "--max-iter", END, "--log", "caffe", cwd=folder).stderr
+    assert f"Restoring previous solver status from snap/run_iter_{n}.solverstate" in resumed
+    assert messages(resumed)[-1] == "Optimization Done."
+    assert_same_weights(folder / "snap" / f"run_iter_{END}.caffemodel",
+                        uninterrupted / "snap" / f"run_iter_{END}.caffemodel")
+
+
+def test_sighup_snapshots_and_training_goes_on(golden, tmp_path, uninterrupted):
+    folder = golden_folder(golden, tmp_path, "hup")
+    run = Running("--solver", "solver.prototxt", "--max-iter", FOREVER, "--log", "caffe",
+                  cwd=folder)
+    run.wait_for(r"\] Iteration 3 \(")
+    run.send(signal.SIGHUP)
+    hup = int(run.wait_for(r"\] SIGHUP: snapshot at iteration (\d+)$").group(1))
+    assert 3 < hup < 20
+    assert run.wait_for(r"\] (.*)$").group(1) == \
+        f"Snapshotting to binary proto file snap/run_iter_{hup}.caffemodel"
+    run.wait_for(r"Snapshotting to binary proto file snap/run_iter_20\.")  # it went on
+    run.send(signal.SIGINT)
+    status, log, _ = run.finish()
+    assert status == 0 and messages(log)[-1] == "Optimization stopped early."
+    stop = stopping_iteration(log)
+    assert stop > 20 and snapshots(folder) == sorted({hup, *every_10_and(stop)})
+    # The snapshot on SIGHUP changed nothing in training.
+    for n in (10, 20):
+        assert_same_weights(folder / "snap" / f"run_iter_{n}.caffemodel",
+                            uninterrupted / "snap" / f"run_iter_{n}.caffemodel")
+
+
+def test_sigint_effect_none_ignores_sigint_and_sigterm_still_stops(golden, tmp_path):
+    folder = golden_folder(golden, tmp_path, "none")
+    run = Running("--solver", "solver.prototxt", "--max-iter", FOREVER, "--log", "caffe",
+                  "-sigint_effect", "none", cwd=folder)
+    run.wait_for(r"\] Iteration 3 \(")
+    run.send(signal.SIGINT)
+    run.wait_for(r"Snapshotting to binary proto file snap/run_iter_10\.")
+    run.send(signal.SIGTERM)
+    status, log, _ = run.finish()
+    assert status == 0, log[-3000:]
+    stop = stopping_iteration(log)
+    assert "SIGINT" not in log and f"SIGTERM: stopping at iteration {stop}" in messages(log)
+    assert stop > 10 and snapshots(folder) == every_10_and(stop)
+
+
+def test_progress_mode_sigint_prints_the_summary(golden, tmp_path):
+    folder = golden_folder(golden, tmp_path, "progress")
+    run = Running("--solver", "solver.prototxt", "--max-iter", FOREVER, cwd=folder,
+                  watch="stdout")
+    run.wait_for(rf"\b\d+/{FOREVER} ")
+    run.send(signal.SIGINT)
+    status, out, err = run.finish()
+    assert status == 0 and "Traceback" not in err, err[-3000:]
+    lines = plain_lines(out)
+    summary = [i for i, line in enumerate(lines) if line.startswith("Optimization")]
+    assert len(summary) == 1
+    head, last = lines[summary[0]], lines[summary[0] + 1:]
+    found = re.fullmatch(r"Optimization stopped early \(SIGINT\) at iteration (\d+): (\d+) "
+                         r"iterations in [\d.]+s, train loss = [\d.e+-]+", head)
+    assert found and found.group(1) == found.group(2), head
+    n = int(found.group(1))
+    assert last == [f"  Last snapshot (iteration {n}): snap/run_iter_{n}.caffemodel, "
+                    f"snap/run_iter_{n}.solverstate"]
+    assert f"Iteration {n}, snapshot: snap/run_iter_{n}.caffemodel, " \
+           f"snap/run_iter_{n}.solverstate" in lines
+    assert snapshots(folder) == every_10_and(n)
+
+
+def test_bad_effects_are_refused(golden, tmp_path):
+    folder = golden_folder(golden, tmp_path, "bad")
+    proc = train("--solver", "solver.prototxt", "-sighup_effect", "restart", cwd=folder,
+                 expect=2)
+    assert "argument --sighup-effect/-sighup_effect: invalid choice: 'restart'" in proc.stderr
+    solver = keras_caffe.Solver(str(folder / "solver.prototxt"), log=None, max_iter=1)
+    with pytest.raises(ArgumentError) as err:
+        solver.solve(sigint_effect="exit")
+    assert str(err.value) == ("Solver.solve: `sigint_effect` must be one of 'stop', 'snapshot', "
+                              "'none', got 'exit'")
+    assert solver.iter == 0  # refused before training
+
+
+# -- the handlers themselves -------------------------------------------------------------
+
+
+def test_handlers_live_only_inside_the_block_and_record_what_came():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
+    with SignalEffects("stop", "snapshot") as effects:
+        assert effects.installed
+        assert all(signal.getsignal(s) != h for s, h in before.items())
+        assert effects.take() == Request()
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert effects.take() == Request(snapshot=True, stop=False, signals=("SIGHUP",))
+        assert effects.take() == Request()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # twice before a look: once
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert effects.take() == Request(snapshot=True, stop=True, signals=("SIGINT", "SIGHUP"))
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert not effects.installed
+
+
+def test_none_records_nothing_to_do_and_sigterm_always_stops():
+    with SignalEffects("none", "none") as effects:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert not effects.take()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert effects.take() == Request(snapshot=False, stop=True, signals=("SIGTERM",))
+
+
+def test_outside_the_main_thread_signals_are_left_alone():
+    before = signal.getsignal(signal.SIGINT)
+    seen = {}
+
+    def worker():
+        with SignalEffects() as effects:
+            seen["installed"] = effects.installed
+            seen["handler"] = signal.getsignal(signal.SIGINT)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"installed": False, "handler": before}
