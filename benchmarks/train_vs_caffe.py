@@ -62,7 +62,7 @@ NETS = {
     "lenet": Net("LeNet, batch 64", "lenet_dummy_solver.prototxt", "golden", 300, 50),
     "cifar10_quick": Net("CIFAR-10 quick, batch 100", "cifar10_quick_dummy_solver.prototxt",
                          "golden", 300, 50),
-    "caffenet": Net("CaffeNet, batch 16", "caffenet_dummy_solver.prototxt", "data", 40, 10),
+    "caffenet": Net("CaffeNet, batch 16", "caffenet_dummy_solver.prototxt", "data", 30, 6),
 }
 
 #: column key -> (engine, environment variables, heading)
@@ -281,6 +281,10 @@ def parse_args(argv=None):
     if unknown or not nets:
         parser.error(f"--nets: unknown {', '.join(unknown) or '(none given)'}; "
                      f"known: {', '.join(NETS)}")
+    if any(NETS[n].home == "golden" for n in nets) and \
+            not (Path(args.golden) / "timing").is_dir():
+        parser.error(f"--golden: no timing/ folder in {args.golden} (the golden Caffe data; "
+                     "or set KERAS_CAFFE_GOLDEN)")
     if args.rounds < 1 or (args.iterations is not None and args.iterations < 6):
         parser.error("--rounds must be >= 1 and --iterations >= 6")
     return args, nets
