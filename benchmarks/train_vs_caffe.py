@@ -183,8 +183,9 @@ def save_log(logs, name, text):
         (Path(logs) / name).write_text(text)
 
 
-def measure(args, nets, caffe, golden):
-    """{net: {config: [{"round", "ms", "wall_s"}]}}, the rounds alternating the configs."""
+def measure(args, nets, caffe, golden, progress=lambda results: None):
+    """{net: {config: [{"round", "ms", "wall_s"}]}}, the rounds alternating the configs;
+    ``progress(results)`` after each process (the partial results)."""
     results = {name: {key: [] for key in CONFIGS} for name in nets}
     with tempfile.TemporaryDirectory(prefix="train_vs_caffe-") as workdir:
         for round_ in range(args.rounds):
@@ -205,7 +206,24 @@ def measure(args, nets, caffe, golden):
                     print(f"  round {round_ + 1} {name:14s} {key:20s} "
                           f"{statistics.median(ms):9.1f} ms/iter  ({wall:.0f} s in all)",
                           flush=True)
+                    progress(results)
     return results
+
+
+def results_from_logs(logs):
+    """The results of a run from the logs it kept (``--logs``), as ``measure``
+    returns them (wall times unknown): to re-read an interrupted run."""
+    results = {}
+    for path in sorted(Path(logs).glob("*_round*.log")):
+        found = re.fullmatch(r"(\w+?)_(caffe_1|caffe_2|keras_caffe_onednn|keras_caffe_eigen)"
+                             r"_round(\d+)\.log", path.name)
+        ms = ms_per_iteration(path.read_text()) if found else []
+        if ms:
+            net, key, round_ = found.group(1), found.group(2), int(found.group(3))
+            by_config = results.setdefault(net, {k: [] for k in CONFIGS})
+            by_config[key].append({"round": round_, "ms": ms, "wall_s": None})
+    return {net: by_config for net, by_config in results.items()
+            if all(by_config.values())}
 
 
 # -- the table --------------------------------------------------------------------------------
@@ -275,6 +293,8 @@ def parse_args(argv=None):
                         help="the Python whose keras_caffe runs (default: this one)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--logs", help="keep every process's log in this directory")
+    parser.add_argument("--from-logs", metavar="DIR",
+                        help="run nothing: print the table of the logs an earlier --logs kept")
     args = parser.parse_args(argv)
     nets = [n.strip() for n in args.nets.split(",") if n.strip()]
     unknown = [n for n in nets if n not in NETS]
@@ -292,6 +312,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args, nets = parse_args(argv)
+    if args.from_logs:
+        print_table(rows(results_from_logs(args.from_logs)))
+        return
     caffe = caffe_binary(args)
     model, flags, cpus = cpu_info()
     tf_version, keras_version = versions(args.python)
@@ -304,14 +327,19 @@ def main(argv=None):
           f"Keras {keras_version}; OpenBLAS {machine['openblas']}; caffe {caffe}")
     print("load average before: " + " ".join(f"{x:.2f}" for x in machine["load_before"]),
           flush=True)
-    results = measure(args, nets, caffe, Path(args.golden))
+    def partial(results):  # an interrupted run leaves what it measured
+        if args.json:
+            write_json(args.json, {"machine": machine, "rounds": args.rounds, "complete": False,
+                                   "runs": results})
+
+    results = measure(args, nets, caffe, Path(args.golden), partial)
     machine["load_after"] = os.getloadavg()
     table = rows(results)
     print_table(table)
     print("load average after: " + " ".join(f"{x:.2f}" for x in machine["load_after"]))
     if args.json:
-        write_json(args.json, {"machine": machine, "rounds": args.rounds, "table": table,
-                               "runs": results})
+        write_json(args.json, {"machine": machine, "rounds": args.rounds, "complete": True,
+                               "table": table, "runs": results})
 
 
 if __name__ == "__main__":

@@ -99,3 +99,22 @@ def test_unknown_net_is_a_usage_error(bench, capsys):
     assert exit_.value.code == 2
     assert ("--nets: unknown vgg; known: lenet, cifar10_quick, caffenet"
             in capsys.readouterr().err)
+
+
+def test_table_from_kept_logs(bench, golden, tmp_path):
+    """--from-logs: Caffe's golden LeNet logs (1 and 2 threads) against the
+    keras-caffe excerpt (both oneDNN settings), one round."""
+    timing = Path(golden) / "timing"
+    for key, source in (("caffe_1", "train_lenet_threads-1.log"),
+                        ("caffe_2", "train_lenet_threads-2.log")):
+        (tmp_path / f"lenet_{key}_round1.log").write_text((timing / source).read_text())
+    for key in ("keras_caffe_onednn", "keras_caffe_eigen"):
+        (tmp_path / f"lenet_{key}_round1.log").write_text(KERAS_CAFFE_LOG)
+    (tmp_path / "cifar10_quick_caffe_1_round1.log").write_text(
+        (timing / "train_cifar10_quick_threads-1.log").read_text())  # incomplete: left out
+    [row] = bench.rows(bench.results_from_logs(tmp_path))
+    assert row["net"] == "lenet"
+    assert row["ms_per_iter"]["caffe_1"] == pytest.approx(17.010005, abs=1e-6)
+    assert row["ms_per_iter"]["keras_caffe_onednn"] == pytest.approx(21.151764, abs=1e-6)
+    assert row["ms_per_iter"]["caffe_2"] == pytest.approx(23.669995, abs=1e-6)
+    assert row["speed_vs_caffe_best"] == pytest.approx(0.804188, abs=1e-6)
