@@ -2,6 +2,7 @@
 
     python benchmarks/train_vs_caffe.py [--caffe PATH] [--rounds 2] [--nets lenet,cifar10_quick,caffenet]
                                         [--iterations N] [--json results.json] [--logs DIR]
+    python benchmarks/train_vs_caffe.py --from-logs DIR    # the table of a run's kept logs
 
 Without ``--caffe`` it builds BVLC Caffe (CPU, OpenBLAS) once with
 ``benchmarks/build_caffe.sh`` into ``~/.cache/keras-caffe/caffe-<commit>/`` and
@@ -25,7 +26,9 @@ way: the rate lines from iteration ``2 * display`` on (start-up, tracing and
 the first display window excluded), milliseconds per iteration = 1000 / rate.
 A cell of the table is the median over all those windows of all rounds, with
 the range of the rounds' medians. The machine is shared and noisy: the load
-average is printed before and after.
+average is printed before and after. ``--json`` is rewritten after every
+process (``"complete": false`` until the table is in), so an interrupted run
+keeps what it measured.
 """
 
 import argparse
