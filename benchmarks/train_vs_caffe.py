@@ -304,7 +304,7 @@ def parse_args(argv=None):
     if unknown or not nets:
         parser.error(f"--nets: unknown {', '.join(unknown) or '(none given)'}; "
                      f"known: {', '.join(NETS)}")
-    if any(NETS[n].home == "golden" for n in nets) and \
+    if not args.from_logs and any(NETS[n].home == "golden" for n in nets) and \
             not (Path(args.golden) / "timing").is_dir():
         parser.error(f"--golden: no timing/ folder in {args.golden} (the golden Caffe data; "
                      "or set KERAS_CAFFE_GOLDEN)")
