@@ -1,124 +1,348 @@
-"""``keras-caffe train`` speed against BVLC Caffe's, and the input pipeline's.
+"""``keras-caffe train`` against BVLC ``caffe train``, side by side, in the same run.
 
-    python benchmarks/train_vs_caffe.py [--iterations 200] [--golden ../shared/golden]
+    python benchmarks/train_vs_caffe.py [--caffe PATH] [--rounds 2] [--nets lenet,cifar10_quick,caffenet]
+                                        [--iterations N] [--json results.json] [--logs DIR]
+    python benchmarks/train_vs_caffe.py --from-logs DIR    # the table of a run's kept logs
 
-Trains the nets Caffe was timed on (``golden/timing``: LeNet, batch 64, and
-CIFAR-10 quick, batch 100, DummyData input, the BVLC example solvers) with
-``keras_caffe.Solver``, XLA off and on, and prints milliseconds per training
-iteration (median of 5 windows of ``--iterations / 5`` after a warm-up,
-updates included) beside Caffe's recorded figures on this kind of machine:
-its best ``caffe train`` rate (from the ``Iteration N (x iter/s, ...)`` lines
-of its logs, after iteration 50) and its best ``caffe time`` forward-backward.
-Caffe cannot run here, so its side is the recorded run, not the same run:
-the golden README says the VM is noisy (+-30%), so the ratio has that error.
+Without ``--caffe`` it builds BVLC Caffe (CPU, OpenBLAS) once with
+``benchmarks/build_caffe.sh`` into ``~/.cache/keras-caffe/caffe-<commit>/`` and
+reuses that build afterwards.
 
-Then the data pipeline alone: images per second that the LMDB ``Data``
-layer pipeline delivers (5000 digits-like 28x28 images written by the LeNet
-example's ``make_data.py``, batch 64, scale), against what the train step
-consumes, so the input never starves the step.
+The nets: LeNet (batch 64) and CIFAR-10 quick (batch 100) as Caffe was timed
+in ``golden/timing`` (BVLC's example nets with one DummyData input, the example
+solvers' hyper-parameters), and CaffeNet at batch 16
+(``benchmarks/data/caffenet_dummy.prototxt``: BVLC's
+``models/bvlc_reference_caffenet/train_val.prototxt`` with a DummyData input).
+
+Each round runs, for each net, four processes one after the other on a copy of
+the same solver (``max_iter`` and ``display`` set for the run):
+``caffe train -solver S`` with ``OPENBLAS_NUM_THREADS=1`` and ``=2``, then
+``python -m keras_caffe train --solver S --log caffe`` with
+``TF_ENABLE_ONEDNN_OPTS=1`` and ``=0``. Both print Caffe's display line
+``Iteration N (x iter/s, Ys/D iters), loss = ...`` (Caffe's
+``Solver::Step``, solver.cpp; keras-caffe's ``caffe_log.py``), timing the
+``display`` iterations since the previous display line; both are read the same
+way: the rate lines from iteration ``2 * display`` on (start-up, tracing and
+the first display window excluded), milliseconds per iteration = 1000 / rate.
+A cell of the table is the median over all those windows of all rounds, with
+the range of the rounds' medians. The machine is shared and noisy: the load
+average is printed before and after. ``--json`` is rewritten after every
+process (``"complete": false`` until the table is in), so an interrupted run
+keeps what it measured.
 """
 
 import argparse
+import dataclasses
+import json
 import os
+import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import tensorflow as tf  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-import keras_caffe  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
-NETS = {"LeNet (batch 64)": "lenet", "CIFAR-10 quick (batch 100)": "cifar10_quick"}
+DATA = REPO / "benchmarks" / "data"
+DEFAULT_GOLDEN = REPO.parent / "shared" / "golden"
+
+#: Caffe's display line (solver.cpp, Solver::Step), as keras-caffe's --log caffe writes it too.
+RATE_LINE = re.compile(r"\] Iteration (\d+) \(([-+.\deE]+) iter/s, ([-+.\deE]+)s/(\d+) iters\)")
 
 
-def caffe_figures(timing, net):
-    """(best train ms/iter, best `caffe time` fwd+bwd ms) over the thread settings."""
-    train = []
-    for log in timing.glob(f"train_{net}_threads-*.log"):
-        for it, rate in re.findall(r"Iteration (\d+) \(([\d.e+-]+) iter/s", log.read_text()):
-            if int(it) > 50:
-                train.append(1e3 / float(rate))
-    timed = [float(m) for log in timing.glob(f"time_{net}_threads-*.log")
-             for m in re.findall(r"Average Forward-Backward: ([\d.e+-]+) ms", log.read_text())]
-    return min(train), min(timed)
+@dataclasses.dataclass(frozen=True)
+class Net:
+    label: str
+    solver: str  #: file name
+    home: str  #: "golden" (golden/timing) or "data" (benchmarks/data)
+    iterations: int
+    display: int
 
 
-def ours(timing, net, iterations, jit):
-    with tempfile.TemporaryDirectory() as tmp:
-        cwd = os.getcwd()
-        os.chdir(tmp)  # snapshots, if any, land here
-        try:
-            solver = keras_caffe.Solver(timing / f"{net}_dummy_solver.prototxt", log=None,
-                                        jit_compile=jit)
-            solver.step(10)  # trace, compile, warm up
-            window = max(iterations // 5, 1)
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
-                solver.step(window)
-                times.append((time.perf_counter() - start) / window * 1e3)
-        finally:
-            os.chdir(cwd)
-    return statistics.median(times)
+NETS = {
+    "lenet": Net("LeNet, batch 64", "lenet_dummy_solver.prototxt", "golden", 300, 50),
+    "cifar10_quick": Net("CIFAR-10 quick, batch 100", "cifar10_quick_dummy_solver.prototxt",
+                         "golden", 300, 50),
+    "caffenet": Net("CaffeNet, batch 16", "caffenet_dummy_solver.prototxt", "data", 30, 6),
+}
+
+#: column key -> (engine, environment variables, heading)
+CONFIGS = {
+    "caffe_1": ("caffe", {"OPENBLAS_NUM_THREADS": "1"}, "Caffe 1 thr"),
+    "caffe_2": ("caffe", {"OPENBLAS_NUM_THREADS": "2"}, "Caffe 2 thr"),
+    "keras_caffe_onednn": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "1"}, "k-c oneDNN"),
+    "keras_caffe_eigen": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "0"}, "k-c no oneDNN"),
+}
 
 
-def pipeline_rate(batches=300):
-    sys.path.insert(0, str(REPO / "examples" / "lenet_solver"))
-    import make_data
-
-    from keras_caffe.importers.netfile import filter_net, net_state, read_net
-    from keras_caffe.importers.pipelines import net_pipeline
-
-    with tempfile.TemporaryDirectory() as tmp:
-        make_data.write_lmdb(os.path.join(tmp, "digits_train_lmdb"), 5000, 0)
-        text = (REPO / "examples" / "lenet_solver" / "lenet_train_test.prototxt").read_text()
-        net_file = Path(tmp) / "net.prototxt"
-        net_file.write_text(text)
-        param, _ = read_net(str(net_file))
-        param = filter_net(param, net_state("TRAIN", 0, ()))
-        pipe = net_pipeline(param, "TRAIN", net_source=str(net_file))
-        it = iter(pipe.dataset())
-        for _ in range(20):
-            next(it)
-        start = time.perf_counter()
-        for _ in range(batches):
-            batch = next(it)
-        batch["data"].numpy()
-        return batches * pipe.batch_size / (time.perf_counter() - start)
+# -- log parsing (tests/test_benchmark_scripts.py) ---------------------------------------
 
 
-def main():
+def display_windows(text):
+    """Every display line with a rate: ``[(iteration, iter_per_s, seconds, display)]``."""
+    return [(int(it), float(rate), float(seconds), int(display))
+            for it, rate, seconds, display in RATE_LINE.findall(text)]
+
+
+def steady_windows(text):
+    """The display windows after start-up: iteration >= 2 * display (Iteration 0's
+    line has no window, the first window holds start-up and tracing)."""
+    return [w for w in display_windows(text) if w[0] >= 2 * w[3]]
+
+
+def ms_per_iteration(text):
+    """Milliseconds per iteration of each steady window (1000 / the printed rate)."""
+    return [1e3 / rate for _, rate, _, _ in steady_windows(text)]
+
+
+# -- the machine -----------------------------------------------------------------------
+
+
+def cpu_info(path="/proc/cpuinfo"):
+    """(model name, sorted SIMD flags of interest, logical CPUs) from /proc/cpuinfo."""
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return model, [], os.cpu_count()
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    model = found.group(1).strip() if found else model
+    found = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
+    if found:
+        wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                  "amx_tile")
+        flags = {f for f in found.group(1).split() if f in wanted}
+    return model, sorted(flags), os.cpu_count()
+
+
+def versions(python):
+    """TensorFlow's and Keras's versions as the keras-caffe processes see them."""
+    code = "import tensorflow as tf, keras; print(tf.__version__, keras.__version__)"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    parts = out.stdout.split()
+    return (parts[0], parts[1]) if len(parts) == 2 else ("unknown", "unknown")
+
+
+def openblas_version():
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libopenblas0-pthread"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+def caffe_binary(args):
+    """``--caffe``, else the cached build (built first if missing)."""
+    if args.caffe:
+        return args.caffe
+    command = [str(REPO / "benchmarks" / "build_caffe.sh")]
+    if args.caffe_source:
+        command += ["--source", args.caffe_source]
+    out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def write_solver(net, golden, workdir, iterations, display):
+    """A copy of ``net``'s solver in ``workdir`` with the net's absolute path,
+    ``max_iter`` and ``display`` set; returns its path."""
+    home = golden / "timing" if net.home == "golden" else DATA
+    text = (home / net.solver).read_text()
+    text = re.sub(r'^net: "(.+)"', lambda m: f'net: "{(home / m.group(1)).resolve()}"', text,
+                  flags=re.M)
+    text = re.sub(r"^max_iter: \d+", f"max_iter: {iterations}", text, flags=re.M)
+    text = re.sub(r"^display: \d+", f"display: {display}", text, flags=re.M)
+    path = Path(workdir) / net.solver
+    path.write_text(text)
+    return path
+
+
+def command_for(engine, solver, caffe, python):
+    if engine == "caffe":
+        return [caffe, "train", "-solver", str(solver)]
+    return [python, "-m", "keras_caffe", "train", "--solver", str(solver), "--log", "caffe"]
+
+
+def run_one(engine, env_vars, solver, caffe, python, workdir):
+    """One training process; returns (its log text, wall seconds)."""
+    env = dict(os.environ, GLOG_logtostderr="1", TF_CPP_MIN_LOG_LEVEL="2", **env_vars)
+    start = time.perf_counter()
+    done = subprocess.run(command_for(engine, solver, caffe, python), cwd=workdir, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = "\n".join(done.stdout.splitlines()[-15:])
+        sys.exit(f"train_vs_caffe: {engine} train -solver {solver} exited with "
+                 f"{done.returncode}:\n{tail}")
+    return done.stdout, wall
+
+
+def save_log(logs, name, text):
+    if logs:
+        Path(logs).mkdir(parents=True, exist_ok=True)
+        (Path(logs) / name).write_text(text)
+
+
+def measure(args, nets, caffe, golden, progress=lambda results: None):
+    """{net: {config: [{"round", "ms", "wall_s"}]}}, the rounds alternating the configs;
+    ``progress(results)`` after each process (the partial results)."""
+    results = {name: {key: [] for key in CONFIGS} for name in nets}
+    with tempfile.TemporaryDirectory(prefix="train_vs_caffe-") as workdir:
+        for round_ in range(args.rounds):
+            for name in nets:
+                net = NETS[name]
+                iterations = args.iterations or net.iterations
+                display = max(1, iterations // 6) if args.iterations else net.display
+                solver = write_solver(net, golden, workdir, iterations, display)
+                for key, (engine, env_vars, _) in CONFIGS.items():
+                    text, wall = run_one(engine, env_vars, solver, caffe, args.python, workdir)
+                    save_log(args.logs, f"{name}_{key}_round{round_ + 1}.log", text)
+                    ms = ms_per_iteration(text)
+                    if not ms:
+                        sys.exit(f"train_vs_caffe: no display windows after start-up in the "
+                                 f"{engine} log of {name} (iterations {iterations}, display "
+                                 f"{display})")
+                    results[name][key].append({"round": round_ + 1, "ms": ms, "wall_s": wall})
+                    print(f"  round {round_ + 1} {name:14s} {key:20s} "
+                          f"{statistics.median(ms):9.1f} ms/iter  ({wall:.0f} s in all)",
+                          flush=True)
+                    progress(results)
+    return results
+
+
+def results_from_logs(logs):
+    """The results of a run from the logs it kept (``--logs``), as ``measure``
+    returns them (wall times unknown): to re-read an interrupted run."""
+    results = {}
+    for path in sorted(Path(logs).glob("*_round*.log")):
+        found = re.fullmatch(r"(\w+?)_(caffe_1|caffe_2|keras_caffe_onednn|keras_caffe_eigen)"
+                             r"_round(\d+)\.log", path.name)
+        ms = ms_per_iteration(path.read_text()) if found else []
+        if ms:
+            net, key, round_ = found.group(1), found.group(2), int(found.group(3))
+            by_config = results.setdefault(net, {k: [] for k in CONFIGS})
+            by_config[key].append({"round": round_, "ms": ms, "wall_s": None})
+    return {net: by_config for net, by_config in results.items()
+            if all(by_config.values())}
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def summary(runs):
+    """(median ms over all windows, min and max of the rounds' medians)."""
+    every = [ms for run in runs for ms in run["ms"]]
+    per_round = [statistics.median(run["ms"]) for run in runs]
+    return statistics.median(every), min(per_round), max(per_round)
+
+
+def rows(results):
+    """One row per net: the four summaries and keras-caffe's speed over Caffe's best."""
+    out = []
+    for name, by_config in results.items():
+        cells = {key: summary(runs) for key, runs in by_config.items()}
+        caffe_best = min(cells["caffe_1"][0], cells["caffe_2"][0])
+        ours_best = min(cells["keras_caffe_onednn"][0], cells["keras_caffe_eigen"][0])
+        out.append({"net": name, "label": NETS[name].label,
+                    "ms_per_iter": {key: cell[0] for key, cell in cells.items()},
+                    "round_range": {key: [cell[1], cell[2]] for key, cell in cells.items()},
+                    "speed_vs_caffe_best": caffe_best / ours_best})
+    return out
+
+
+def print_table(table):
+    headings = ["net"] + [CONFIGS[key][2] for key in CONFIGS] + ["k-c speed / Caffe best"]
+    lines = []
+    for row in table:
+        cells = [row["label"]]
+        for key in CONFIGS:
+            low, high = row["round_range"][key]
+            cells.append(f"{row['ms_per_iter'][key]:.1f} ({low:.0f}-{high:.0f})")
+        cells.append(f"{row['speed_vs_caffe_best']:.2f}x")
+        lines.append(cells)
+    widths = [max(len(r[i]) for r in [headings] + lines) for i in range(len(headings))]
+    print("ms per training iteration, median (range of the rounds' medians); lower is better")
+    for cells in [headings] + lines:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(cells, widths))))
+
+
+def write_json(path, payload):
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=200)
-    parser.add_argument("--golden", default=str(REPO.parent / "shared" / "golden"))
-    args = parser.parse_args()
-    timing = Path(args.golden) / "timing"
-    console = Console()
-    console.print(f"{os.cpu_count()} CPUs, TensorFlow {tf.__version__}, "
-                  f"GPU: {bool(tf.config.list_logical_devices('GPU'))}")
-    table = Table(title="ms per training iteration (lower is better)")
-    for column in ("net", "Caffe train (best)", "Caffe time fwd+bwd (best)", "keras-caffe",
-                   "keras-caffe XLA", "speed-up vs Caffe train"):
-        table.add_column(column, justify="left" if column == "net" else "right")
-    for label, net in NETS.items():
-        caffe_train, caffe_time = caffe_figures(timing, net)
-        plain = ours(timing, net, args.iterations, False)
-        xla = ours(timing, net, args.iterations, True)
-        best = min(plain, xla)
-        table.add_row(label, f"{caffe_train:.1f}", f"{caffe_time:.1f}", f"{plain:.1f}",
-                      f"{xla:.1f}", f"{caffe_train / best:.2f}x")
-    console.print(table)
-    rate = pipeline_rate()
-    console.print(f"LMDB Data pipeline (LeNet, batch 64): {rate:,.0f} images/s "
-                  f"= {rate / 64:,.0f} batches/s")
+    parser.add_argument("--caffe", help="a caffe binary (default: build or reuse the cached "
+                                        "build of benchmarks/build_caffe.sh)")
+    parser.add_argument("--caffe-source", help="git URL or directory to clone Caffe from when "
+                                               "building (default: GitHub)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--iterations", type=int,
+                        help="max_iter for every net (display = iterations // 6); default per "
+                             "net: " + ", ".join(f"{k} {n.iterations} (display {n.display})"
+                                                 for k, n in NETS.items()))
+    parser.add_argument("--nets", default=",".join(NETS),
+                        help=f"comma-separated, of {', '.join(NETS)}")
+    parser.add_argument("--golden", default=os.environ.get("KERAS_CAFFE_GOLDEN",
+                                                           str(DEFAULT_GOLDEN)))
+    parser.add_argument("--python", default=sys.executable,
+                        help="the Python whose keras_caffe runs (default: this one)")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--logs", help="keep every process's log in this directory")
+    parser.add_argument("--from-logs", metavar="DIR",
+                        help="run nothing: print the table of the logs an earlier --logs kept")
+    args = parser.parse_args(argv)
+    nets = [n.strip() for n in args.nets.split(",") if n.strip()]
+    unknown = [n for n in nets if n not in NETS]
+    if unknown or not nets:
+        parser.error(f"--nets: unknown {', '.join(unknown) or '(none given)'}; "
+                     f"known: {', '.join(NETS)}")
+    if not args.from_logs and any(NETS[n].home == "golden" for n in nets) and \
+            not (Path(args.golden) / "timing").is_dir():
+        parser.error(f"--golden: no timing/ folder in {args.golden} (the golden Caffe data; "
+                     "or set KERAS_CAFFE_GOLDEN)")
+    if args.rounds < 1 or (args.iterations is not None and args.iterations < 6):
+        parser.error("--rounds must be >= 1 and --iterations >= 6")
+    return args, nets
+
+
+def main(argv=None):
+    args, nets = parse_args(argv)
+    if args.from_logs:
+        print_table(rows(results_from_logs(args.from_logs)))
+        return
+    caffe = caffe_binary(args)
+    model, flags, cpus = cpu_info()
+    tf_version, keras_version = versions(args.python)
+    machine = {"cpu": model, "logical_cpus": cpus, "flags": flags,
+               "avx512": any(f.startswith("avx512") for f in flags),
+               "load_before": os.getloadavg(), "tensorflow": tf_version, "keras": keras_version,
+               "openblas": openblas_version(), "caffe": caffe, "python": args.python}
+    print(f"{model}, {cpus} logical CPUs, flags {' '.join(flags)} "
+          f"(AVX-512: {'yes' if machine['avx512'] else 'no'}); TensorFlow {tf_version}, "
+          f"Keras {keras_version}; OpenBLAS {machine['openblas']}; caffe {caffe}")
+    print("load average before: " + " ".join(f"{x:.2f}" for x in machine["load_before"]),
+          flush=True)
+    def partial(results):  # an interrupted run leaves what it measured
+        if args.json:
+            write_json(args.json, {"machine": machine, "rounds": args.rounds, "complete": False,
+                                   "runs": results})
+
+    results = measure(args, nets, caffe, Path(args.golden), partial)
+    machine["load_after"] = os.getloadavg()
+    table = rows(results)
+    print_table(table)
+    print("load average after: " + " ".join(f"{x:.2f}" for x in machine["load_after"]))
+    if args.json:
+        write_json(args.json, {"machine": machine, "rounds": args.rounds, "complete": True,
+                               "table": table, "runs": results})
 
 
 if __name__ == "__main__":

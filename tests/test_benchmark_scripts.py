@@ -1,0 +1,120 @@
+"""benchmarks/train_vs_caffe.py's log reading, on Caffe's own logs (golden/timing,
+recorded with BVLC Caffe) and on ``keras-caffe train --log caffe``'s: the
+benchmark reads both engines' speed from the same display lines, so both
+must keep printing them. The benchmark itself (which runs Caffe) is never run
+here."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_vs_caffe.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("train_vs_caffe", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: An excerpt of `python -m keras_caffe train --solver lenet_solver.prototxt --log caffe`
+#: (the golden LeNet DummyData solver, max_iter 120, display 20; TF 2.21, this machine).
+KERAS_CAFFE_LOG = """\
+I0000 00:00:1795593684.672447   29192 cuda_platform.cc:52] failed call to cuInit
+I1125 08:01:26.612499 29192 solver.cpp:289] Solving LeNet
+I1125 08:01:26.612509 29192 solver.cpp:290] Learning Rate Policy: inv
+I1125 08:01:30.911167 29192 solver.cpp:239] Iteration 0 (0 iter/s, 4.28132s/20 iters), loss = 3.02779
+I1125 08:01:30.911281 29192 solver.cpp:258]     Train net output #0: loss = 3.02779 (* 1 = 3.02779 loss)
+I1125 08:01:30.913710 29192 sgd_solver.cpp:112] Iteration 0, lr = 0.01
+I1125 08:01:31.272368 29192 solver.cpp:239] Iteration 20 (55.3712 iter/s, 0.361198s/20 iters), loss = 4.79572e-08
+I1125 08:01:31.273412 29192 sgd_solver.cpp:112] Iteration 20, lr = 0.00998503
+I1125 08:01:31.637465 29192 solver.cpp:239] Iteration 40 (54.7796 iter/s, 0.365099s/20 iters), loss = 4.79572e-08
+I1125 08:01:32.037435 29192 solver.cpp:239] Iteration 60 (50.0038 iter/s, 0.399969s/20 iters), loss = 4.79572e-08
+I1125 08:01:32.657781 29192 solver.cpp:239] Iteration 80 (32.2404 iter/s, 0.620341s/20 iters), loss = 4.79572e-08
+I1125 08:01:33.103881 29192 solver.cpp:239] Iteration 100 (44.8329 iter/s, 0.446101s/20 iters), loss = 4.79572e-08
+I1125 08:01:33.824336 29192 solver.cpp:310] Iteration 120, loss = 4.79572e-08
+I1125 08:01:33.824408 29192 solver.cpp:315] Optimization Done.
+"""
+
+
+def test_caffe_lenet_log(bench, golden):
+    text = (Path(golden) / "timing" / "train_lenet_threads-1.log").read_text()
+    assert bench.display_windows(text) == [(0, -2.08008e-27, 0.02, 50), (50, 57.9374, 0.863, 50),
+                                           (100, 58.8235, 0.85, 50), (150, 58.7544, 0.851, 50)]
+    assert bench.steady_windows(text) == [(100, 58.8235, 0.85, 50), (150, 58.7544, 0.851, 50)]
+    assert bench.ms_per_iteration(text) == pytest.approx([17.000009, 17.020002], abs=1e-6)
+
+
+def test_caffe_cifar10_quick_log(bench, golden):
+    text = (Path(golden) / "timing" / "train_cifar10_quick_threads-2.log").read_text()
+    assert bench.display_windows(text)[0] == (0, 1.59217e+10, 0.128, 50)
+    assert bench.steady_windows(text) == [(100, 8.8574, 5.645, 50), (150, 8.75503, 5.711, 50)]
+    assert bench.ms_per_iteration(text) == pytest.approx([112.899948, 114.220054], abs=1e-6)
+
+
+def test_keras_caffe_log_excerpt(bench):
+    assert [w[0] for w in bench.display_windows(KERAS_CAFFE_LOG)] == [0, 20, 40, 60, 80, 100]
+    assert bench.steady_windows(KERAS_CAFFE_LOG) == [
+        (40, 54.7796, 0.365099, 20), (60, 50.0038, 0.399969, 20), (80, 32.2404, 0.620341, 20),
+        (100, 44.8329, 0.446101, 20)]
+    assert bench.ms_per_iteration(KERAS_CAFFE_LOG) == pytest.approx(
+        [18.254971, 19.998480, 31.016985, 22.305048], abs=1e-6)
+
+
+def test_keras_caffe_prints_the_lines_the_benchmark_reads(bench, golden, tmp_path):
+    """The installed CLI's --log caffe output, through the benchmark's own
+    solver writer: display 3, max_iter 12 -> steady windows at 6 and 9."""
+    net = bench.NETS["lenet"]
+    solver = bench.write_solver(net, Path(golden), tmp_path, 12, 3)
+    text = solver.read_text()
+    assert f'net: "{Path(golden).resolve() / "timing" / "lenet_dummy.prototxt"}"' in text
+    assert "max_iter: 12\n" in text and "display: 3\n" in text
+    command = bench.command_for("keras-caffe", solver, None, sys.executable)
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [w[0] for w in bench.display_windows(done.stderr)] == [0, 3, 6, 9]
+    assert [(w[0], w[3]) for w in bench.steady_windows(done.stderr)] == [(6, 3), (9, 3)]
+    assert all(ms > 0 for ms in bench.ms_per_iteration(done.stderr))
+
+
+def test_cpu_info(bench, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\n"
+                       "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw sha_ni\n\n"
+                       "processor\t: 1\nmodel name\t: AMD EPYC 9R14\n")
+    model, flags, _ = bench.cpu_info(cpuinfo)
+    assert (model, flags) == ("AMD EPYC 9R14", ["avx", "avx2", "avx512bw", "avx512f", "fma"])
+
+
+def test_unknown_net_is_a_usage_error(bench, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(["--nets", "lenet,vgg"])
+    assert exit_.value.code == 2
+    assert ("--nets: unknown vgg; known: lenet, cifar10_quick, caffenet"
+            in capsys.readouterr().err)
+
+
+def test_table_from_kept_logs(bench, golden, tmp_path):
+    """--from-logs: Caffe's golden LeNet logs (1 and 2 threads) against the
+    keras-caffe excerpt (both oneDNN settings), one round."""
+    timing = Path(golden) / "timing"
+    for key, source in (("caffe_1", "train_lenet_threads-1.log"),
+                        ("caffe_2", "train_lenet_threads-2.log")):
+        (tmp_path / f"lenet_{key}_round1.log").write_text((timing / source).read_text())
+    for key in ("keras_caffe_onednn", "keras_caffe_eigen"):
+        (tmp_path / f"lenet_{key}_round1.log").write_text(KERAS_CAFFE_LOG)
+    (tmp_path / "cifar10_quick_caffe_1_round1.log").write_text(
+        (timing / "train_cifar10_quick_threads-1.log").read_text())  # incomplete: left out
+    [row] = bench.rows(bench.results_from_logs(tmp_path))
+    assert row["net"] == "lenet"
+    assert row["ms_per_iter"]["caffe_1"] == pytest.approx(17.010005, abs=1e-6)
+    assert row["ms_per_iter"]["keras_caffe_onednn"] == pytest.approx(21.151764, abs=1e-6)
+    assert row["ms_per_iter"]["caffe_2"] == pytest.approx(23.669995, abs=1e-6)
+    assert row["speed_vs_caffe_best"] == pytest.approx(0.804188, abs=1e-6)
