@@ -93,6 +93,8 @@ class Convolution(ConvolutionParameters):
         if self.depthwise:
             y = ops.depthwise_conv(x, kernel, strides=strides, padding=padding,
                                    dilation_rate=self.dilation)
+        elif self.group > 1:
+            y = self._grouped(x, kernel, strides, padding)
         else:
             y = ops.conv(x, kernel, strides=strides, padding=padding,
                          dilation_rate=self.dilation)
@@ -101,6 +103,20 @@ class Convolution(ConvolutionParameters):
         if self.bias is not None:
             y = y + self.blob(self.bias)
         return from_nhwc(y, self.data_format)
+
+    def _grouped(self, x, kernel, strides, padding):
+        """Caffe's grouped convolution as Caffe computes it (conv_layer.cpp's
+        loop over ``group_``): group g's input channels ``[g*C/G, (g+1)*C/G)``
+        convolved with output channels ``[g*M/G, (g+1)*M/G)`` of the kernel,
+        the results concatenated. Not one grouped ``ops.conv``: TensorFlow has
+        no grouped-convolution gradient on CPU, so Keras compiles that one
+        with XLA, whose CPU backward ran 3-12x slower than this split
+        (CaffeNet's conv2, batch 16: 1.4-3.3 s against 0.27-0.50 s, TF 2.21,
+        oneDNN and Eigen)."""
+        parts = zip(ops.split(x, self.group, axis=-1), ops.split(kernel, self.group, axis=-1))
+        return ops.concatenate([ops.conv(xg, kg, strides=strides, padding=padding,
+                                         dilation_rate=self.dilation) for xg, kg in parts],
+                               axis=-1)
 
     def compute_output_shape(self, input_shape):
         """Caffe's output size: (in + 2 pad - dilation (k - 1) - 1) / stride + 1."""

@@ -184,3 +184,52 @@ def test_convolution_bottoms_share_weights(data_format):
     for x, top in ((a, "ca"), (b, "cb")):
         np.testing.assert_allclose(out[top], conv_reference(x, w, bias, (1, 1), (0, 0), (1, 1), 1),
                                    rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.converter("Convolution")
+@pytest.mark.parametrize("params", [dict(group=2, pad=1), dict(group=3, stride=2, dilation=2, pad=2)],
+                         ids=["group2", "group3_stride_dilation"])
+def test_grouped_convolution_gradients_equal_the_block_diagonal_convolution(params):
+    """A grouped Convolution's gradients (to its input and kernel) are those
+    of the ungrouped convolution whose kernel is zero outside each group's
+    block, as Caffe's per-group loop (conv_layer.cpp) computes them; under
+    both CPU kernel families (TensorFlow has no grouped-convolution gradient
+    on CPU, so the layer runs one convolution per group)."""
+    import tensorflow as tf
+
+    from keras_caffe.layers import Convolution
+
+    group = params["group"]
+    c_in, c_out = 2 * group, 4 * group
+    x = tf.constant(RNG.randn(2, 11, 10, c_in).astype("float32"))
+    r = RNG.randn(2, 11, 10, c_out).astype("float32")  # cropped to the output below
+    grouped = Convolution(c_out, 3, **params)
+    dense = Convolution(c_out, 3, **{k: v for k, v in params.items() if k != "group"})
+    grouped.build(x.shape)
+    dense.build(x.shape)
+    kernel = RNG.randn(3, 3, c_in // group, c_out).astype("float32")
+    block = np.zeros((3, 3, c_in, c_out), np.float32)
+    for g in range(group):
+        cin, cout = c_in // group, c_out // group
+        block[:, :, g * cin:(g + 1) * cin, g * cout:(g + 1) * cout] = kernel[..., g * cout:(g + 1) * cout]
+    bias = RNG.randn(c_out).astype("float32")
+    grouped.set_weights([kernel, bias])
+    dense.set_weights([block, bias])
+
+    def gradients(layer):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * r[:, :y.shape[1], :y.shape[2], :])
+        return y, *tape.gradient(loss, [x, layer.kernel])
+
+    y_g, dx_g, dk_g = gradients(grouped)
+    y_d, dx_d, dk_d = gradients(dense)
+    np.testing.assert_allclose(y_g, y_d, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(dx_g, dx_d, rtol=1e-5, atol=1e-4)
+    dk_d = np.asarray(dk_d)
+    for g in range(group):
+        cin, cout = c_in // group, c_out // group
+        np.testing.assert_allclose(dk_g[..., g * cout:(g + 1) * cout],
+                                   dk_d[:, :, g * cin:(g + 1) * cin, g * cout:(g + 1) * cout],
+                                   rtol=1e-5, atol=1e-4)
