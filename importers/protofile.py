@@ -87,6 +87,8 @@ def truncation(data, message, extra=None):
         if tag < 0:
             return None
         field, wire = tag >> 3, tag & 7
+        if _field_name(message, extra or {}, field, wire) is None:
+            return None  # a field the message lacks: garbage, not a short file
         end = _field_end(data, pos, wire)
         if end is None:
             return None
@@ -113,16 +115,27 @@ def _field_end(data, pos, wire):
 
 
 def _overrun(message, extra, number, wire, start, end, size):
-    field = message.DESCRIPTOR.fields_by_number.get(number)
-    if field is not None and (wire == 2) == (field.type in _DELIMITED or _is_packed(field)):
-        name = f"`{field.name}`"
-    elif number in extra and wire == 2:
-        name = extra[number]
-    else:
+    name = _field_name(message, extra, number, wire)
+    if name is None:
         return None
     if end == _VARINT_CUT:
         return _cut(size, size + 1, f"its field {name} at byte {start} is cut")
     return _cut(size, end, f"its field {name} at byte {start} runs to byte {end}")
+
+
+def _field_name(message, extra, number, wire):
+    """How to name top-level field ``number`` read with ``wire``, or None
+    when ``message`` has no such field of that wire type (``extra``: the
+    length-delimited fields beside it)."""
+    field = message.DESCRIPTOR.fields_by_number.get(number)
+    if field is not None:
+        delimited = field.type in _DELIMITED
+        if wire == 2 if delimited else (wire != 2 or _is_packed(field)):
+            return f"`{field.name}`"
+        return None
+    if number in extra and wire == 2:
+        return extra[number]
+    return None
 
 
 def _is_packed(field):

@@ -17,7 +17,7 @@ GOLDEN_SOLVER_CASES = [
     "sgd_lr_step", "sgd_lr_multistep", "sgd_lr_exp", "sgd_lr_inv", "sgd_lr_poly",
     "sgd_lr_sigmoid",
 ]
-GOLDEN = Path(os.environ.get("KERAS_CAFFE_GOLDEN", REPO.parent / "shared" / "golden"))
+GOLDEN = Path(os.environ.get("KERAS_CAFFE_GOLDEN", REPO.parent / "shared" / "golden")).absolute()
 
 
 def tiny_mlp(init=None):

@@ -159,5 +159,7 @@ def test_golden_prototxts_parse(golden):
 def test_truncated_binary_is_our_error(golden, tmp_path):
     broken = tmp_path / "broken.caffemodel"
     broken.write_bytes((golden / "solvers/sgd/init.caffemodel").read_bytes()[:-7])
-    with pytest.raises(ProtoParseError, match=rf"^{broken}: not a binary NetParameter file"):
+    with pytest.raises(ProtoParseError, match=rf"^{broken}: truncated at byte 2037 of at least "
+                                              r"2044 \(its field `layer` at byte 1993 runs to "
+                                              r"byte 2044\)"):
         read_binary(broken, caffe_pb2.NetParameter)

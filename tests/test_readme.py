@@ -77,7 +77,7 @@ def test_the_use_block_prints_the_optimizer_as_the_readme_says(tmp_path):
 
 # -- the CLI lines ----------------------------------------------------------------------------
 
-COMMAND = re.compile(r"\bkeras-caffe[ \t]+([a-z][a-z-]*)([^\n`]*)")
+COMMAND = re.compile(r"\bkeras-caffe[ \t]+([a-z][a-z_-]*)([^\n`]*)")
 #: Where a shell command ends: a pipe, a redirection, a comment, a sequence.
 END = re.compile(r"\s(?:\||2>&1|#|;|&&|\(or\b)")
 
@@ -95,7 +95,7 @@ def cli_uses(text=README, name="README.md"):
     outside = FENCE.sub(lambda m: " " * len(m.group(0)), text)
     for m in re.finditer(r"`([^`]+)`", outside):
         code = " ".join(m.group(1).split())
-        if re.fullmatch(r"keras-caffe [a-z-]+", code) or (
+        if re.fullmatch(r"keras-caffe [a-z_-]+", code) or (
                 "keras-caffe " in code and " --" in code):
             spans.append((m.start(1), code))
     uses = {}
@@ -128,7 +128,7 @@ def test_the_readme_shows_cli_commands():
 @pytest.mark.parametrize("name", list(DOCUMENTS))
 def test_every_cli_subcommand_and_flag_shown_exists(name):
     top = cli_help()
-    subcommands = set(re.search(r"\{([a-z,-]+)\}", top)[1].split(","))
+    subcommands = set(re.search(r"\{([a-z_,-]+)\}", top)[1].split(","))
     problems = []
     for sub, flags in sorted(cli_uses(DOCUMENTS[name], name).items()):
         if sub not in subcommands:
