@@ -168,9 +168,13 @@ def test_killed_worker_stops_the_others_and_keeps_the_last_snapshot(tmp_path):
     result = horovodrun([FIT_WORKER, out, "--steps", 200, "--snapshot-every", 5,
                          "--kill-rank", 1, "--kill-at", 12], timeout=120)
     assert result.returncode != 0
-    assert ("DistributedError: rank 0 of 2: training stopped at iteration 1"
-            in result.stdout), result.stdout[-3000:]
-    assert "a worker failed or left during a Horovod collective" in result.stdout
+    # horovodrun terminates the other workers once one has died: rank 0
+    # either reports the failed collective first or is terminated (SIGTERM,
+    # 143) before it can, which one depends on the machine's load.
+    if "Process 0 exit with status code 143" not in result.stdout:
+        assert ("DistributedError: rank 0 of 2: training stopped at iteration 1"
+                in result.stdout), result.stdout[-3000:]
+        assert "a worker failed or left during a Horovod collective" in result.stdout
     assert not (out / "rank0.npz").exists()
     check(python(["-c", (
         "import sys, keras, keras_caffe\n"
