@@ -65,22 +65,18 @@ def _list_layers():
 
 
 def layer_rows(imported):
-    """The Caffe layers as dicts: name, type, output shapes (N, C, H, W; None
-    for a loss or metric) and parameter count."""
-    import numpy as np
+    """``importers.layer_summary`` as dicts for ``--json``: name, type, tops,
+    output shapes (N, C, H, W; None for a loss or metric) and parameter count."""
+    from keras_caffe.importers import layer_summary
 
-    from keras_caffe.importers.api import caffe_parts
-    from keras_caffe.importers.graph import Context
-
-    counts = {name: sum(int(np.prod(w.shape)) for w in layer.caffe_variables()[start:start + count])
-              for name, (layer, start, count, _) in caffe_parts(imported.model).items()}
-    ctx = Context(None, None, imported.source)
     rows = []
-    for layer in imported.net.layer:
-        shapes = [_shape(ctx, imported.blobs[top]) for top in layer.top if top in imported.blobs]
-        rows.append({"name": layer.name, "type": layer.type,
+    for layer, row in zip(imported.net.layer, layer_summary(imported)):
+        rows.append({"name": row.name, "type": row.type,
                      "tops": [top for top in layer.top if top in imported.blobs],
-                     "shapes": shapes, "params": counts.get(layer.name, 0)})
+                     "shapes": [None if shape is None else
+                                [None if d is None else int(d) for d in shape]
+                                for shape in row.shapes],
+                     "params": row.params})
     return rows
 
 
@@ -102,12 +98,6 @@ def layer_table(imported):
     from keras_caffe.cli._tables import to_rich
 
     return to_rich(_grid(imported, layer_rows(imported)))
-
-
-def _shape(ctx, blob):
-    if blob.tensor is None:
-        return None  # a loss or metric: computed by the training loop
-    return [None if d is None else int(d) for d in ctx.caffe_shape(blob)]
 
 
 def _shape_text(shape):
