@@ -35,12 +35,12 @@ _state = {}
 
 
 def started_as_cli(argv=None, orig_argv=None):
-    """Whether this process is ``keras-caffe ...`` or ``python -m keras_caffe ...``."""
+    """Whether this process is ``keras-caffe ...`` or ``python -m keras_caffe[.cli] ...``."""
     argv = sys.argv if argv is None else argv
     orig = list(getattr(sys, "orig_argv", ()) if orig_argv is None else orig_argv)
     if argv and os.path.basename(argv[0]) in ("keras-caffe", "keras-caffe.exe"):
         return True
-    return any(a == "-m" and b == "keras_caffe" for a, b in zip(orig, orig[1:]))
+    return any(a == "-m" and b in ("keras_caffe", "keras_caffe.cli") for a, b in zip(orig, orig[1:]))
 
 
 def quiet_cli_start():

@@ -380,4 +380,6 @@ def test_quiet_start_keeps_what_is_not_tensorflows():
 def test_started_as_cli():
     assert _cli_quiet.started_as_cli(["/venv/bin/keras-caffe", "time"], [])
     assert _cli_quiet.started_as_cli(["-m"], ["python", "-m", "keras_caffe", "time"])
+    assert _cli_quiet.started_as_cli(["-m"], ["python", "-m", "keras_caffe.cli", "time"])
+    assert not _cli_quiet.started_as_cli(["-m"], ["python", "-m", "keras_caffe.other"])
     assert not _cli_quiet.started_as_cli(["script.py"], ["python", "script.py"])
