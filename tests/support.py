@@ -123,3 +123,32 @@ def from_keras_layout(array, data_format):
 
 
 DATA_FORMATS = ["channels_last", "channels_first"]
+
+
+def golden_resume(folder):
+    """The golden net of ``folder`` (TRAIN phase) compiled with the optimizer
+    of its solver file, as a resume of Caffe's snapshot starts."""
+    import keras_caffe
+    from keras_caffe.importers import training_args
+
+    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN")
+    lr_mult, decay_mult = keras_caffe.param_multipliers(model)
+    optimizer = keras_caffe.optimizer_from_solver(folder / "solver.prototxt",
+                                                  lr_mult=lr_mult, decay_mult=decay_mult)
+    model.compile(optimizer=optimizer, **training_args(model))
+    return model, optimizer
+
+
+def solver_weights(folder, iterations):
+    """The weights after ``iterations`` of ``keras_caffe.Solver`` on
+    ``folder``'s solver.prototxt from its init.caffemodel, run from there."""
+    import keras_caffe
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
+        solver.step(iterations)
+        return [v.numpy() for v in solver.net.weights]
+    finally:
+        os.chdir(cwd)

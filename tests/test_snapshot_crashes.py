@@ -32,7 +32,7 @@ import keras_caffe
 from keras_caffe.importers.snapshot import latest_snapshot, list_snapshots, load_snapshot
 from keras_caffe.importers.snapshot_io import TEMP_PREFIX
 from keras_caffe.importers.weights import load_weights
-from support import GOLDEN
+from support import GOLDEN, solver_weights
 
 CHILD = r"""
 import os, signal, sys, tempfile
@@ -78,15 +78,7 @@ def _weights(solver):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    folder = _case(tmp_path_factory.mktemp("whole"))
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
-        solver.step(20)
-        return _weights(solver)
-    finally:
-        os.chdir(cwd)
+    return solver_weights(_case(tmp_path_factory.mktemp("whole")), 20)
 
 
 @pytest.mark.parametrize("fmt, kill_at", CASES)

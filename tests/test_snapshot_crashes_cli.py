@@ -31,7 +31,7 @@ import keras_caffe
 from keras_caffe.importers.snapshot import latest_snapshot, list_snapshots, load_snapshot
 from keras_caffe.importers.snapshot_io import TEMP_PREFIX
 from keras_caffe.importers.weights import load_weights
-from support import GOLDEN
+from support import GOLDEN, solver_weights
 
 TARGET = 12
 #: (format, the n-th temporary file seen): the first write of all, a
@@ -52,15 +52,7 @@ def _case(tmp_path):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    folder = _case(tmp_path_factory.mktemp("whole"))
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None)
-        solver.step(TARGET)
-        return [v.numpy() for v in solver.net.weights]
-    finally:
-        os.chdir(cwd)
+    return solver_weights(_case(tmp_path_factory.mktemp("whole")), TARGET)
 
 
 def _kill_at_temporary_file(proc, folder, nth):

@@ -15,12 +15,12 @@ import pytest
 from google.protobuf import text_format
 
 import keras_caffe
-from keras_caffe.importers import net_proto, training_args
+from keras_caffe.importers import net_proto
 from keras_caffe.importers.export import caffemodel_proto, export_caffemodel, model_blobs
 from keras_caffe.importers.snapshot import load_snapshot, save_snapshot
 from keras_caffe.importers.weights import array_to_blob
 from keras_caffe.proto import caffe_pb2
-from support import GOLDEN_SOLVER_CASES
+from support import GOLDEN_SOLVER_CASES, golden_resume
 
 DATA = Path(__file__).parent / "data"
 SPLIT_CASES = json.loads((DATA / "caffe_split_insertion.json").read_text())["cases"]
@@ -28,15 +28,6 @@ SNAPSHOT_BINARY = ["sgd_binaryproto", "adam_binaryproto", "sgd_binaryproto_fullb
 SNAPSHOT_HDF5 = ["sgd_hdf5", "adam_hdf5", "adam_hdf5_fullbatch64"]
 FORWARD = ["lenet", "cifar10_quick", "nin_cifar10", "squeezenet_v1.1", "mobilenet_v1",
            "bvlc_googlenet"]
-
-
-def golden_resume(folder):
-    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN")
-    lr_mult, decay_mult = keras_caffe.param_multipliers(model)
-    optimizer = keras_caffe.optimizer_from_solver(folder / "solver.prototxt",
-                                                  lr_mult=lr_mult, decay_mult=decay_mult)
-    model.compile(optimizer=optimizer, **training_args(model))
-    return model, optimizer
 
 
 def assert_same_bytes(ours, theirs):

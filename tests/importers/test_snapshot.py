@@ -18,7 +18,7 @@ from keras_caffe.importers.snapshot import (SnapshotError, latest_snapshot, list
                                             load_snapshot, save_snapshot, snapshot_paths)
 from keras_caffe.importers.snapshot_caffe import EXTRA_FIELD, current_step
 from keras_caffe.proto import caffe_pb2
-from support import tiny_mlp
+from support import golden_resume, tiny_mlp
 
 CASES = ["sgd_binaryproto", "sgd_hdf5", "adam_binaryproto", "adam_hdf5",
          "sgd_binaryproto_fullbatch64", "adam_hdf5_fullbatch64"]
@@ -49,15 +49,6 @@ layer { name: "fc" type: "InnerProduct" bottom: "conv1" top: "fc" inner_product_
 
 
 # -- helpers ------------------------------------------------------------------------
-
-def golden_resume(folder):
-    """The golden net (TRAIN phase) compiled with the optimizer of its solver file."""
-    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN")
-    lr_mult, decay_mult = keras_caffe.param_multipliers(model)
-    optimizer = keras_caffe.optimizer_from_solver(folder / "solver.prototxt",
-                                                  lr_mult=lr_mult, decay_mult=decay_mult)
-    model.compile(optimizer=optimizer, **training_args(model))
-    return model, optimizer
 
 
 def caffe_solverstate(folder, iteration=10):
