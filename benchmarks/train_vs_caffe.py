@@ -1,7 +1,8 @@
 """``keras-caffe train`` against BVLC ``caffe train``, side by side, in the same run.
 
     python benchmarks/train_vs_caffe.py [--caffe PATH] [--rounds 2] [--nets lenet,cifar10_quick,caffenet]
-                                        [--iterations N] [--json results.json] [--logs DIR]
+                                        [--configs caffe_1,...] [--iterations N]
+                                        [--json results.json] [--logs DIR]
     python benchmarks/train_vs_caffe.py --from-logs DIR    # the table of a run's kept logs
 
 Without ``--caffe`` it builds BVLC Caffe (CPU, OpenBLAS) once with
@@ -14,11 +15,14 @@ solvers' hyper-parameters), and CaffeNet at batch 16
 (``benchmarks/data/caffenet_dummy.prototxt``: BVLC's
 ``models/bvlc_reference_caffenet/train_val.prototxt`` with a DummyData input).
 
-Each round runs, for each net, four processes one after the other on a copy of
+Each round runs, for each net, five processes one after the other on a copy of
 the same solver (``max_iter`` and ``display`` set for the run):
 ``caffe train -solver S`` with ``OPENBLAS_NUM_THREADS=1`` and ``=2``, then
 ``python -m keras_caffe train --solver S --log caffe`` with
-``TF_ENABLE_ONEDNN_OPTS=1`` and ``=0``. Both print Caffe's display line
+``TF_ENABLE_ONEDNN_OPTS=1`` and ``=0``, and ``=0`` with
+``KERAS_CAFFE_TF_GRADIENTS=1`` (TensorFlow's own gradient kernels instead of
+keras-caffe's MAX pooling and convolution backward: what keras-caffe ran on
+Eigen's kernels before those; ``--configs`` picks columns). Both print Caffe's display line
 ``Iteration N (x iter/s, Ys/D iters), loss = ...`` (Caffe's
 ``Solver::Step``, solver.cpp; keras-caffe's ``caffe_log.py``), timing the
 ``display`` iterations since the previous display line; both are read the same
@@ -74,7 +78,13 @@ CONFIGS = {
     "caffe_2": ("caffe", {"OPENBLAS_NUM_THREADS": "2"}, "Caffe 2 thr"),
     "keras_caffe_onednn": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "1"}, "k-c oneDNN"),
     "keras_caffe_eigen": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "0"}, "k-c no oneDNN"),
+    "keras_caffe_eigen_tf": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "0",
+                                             "KERAS_CAFFE_TF_GRADIENTS": "1"},
+                             "k-c no oneDNN, TF's gradients"),
 }
+
+#: The columns whose speed over Caffe's best thread count the table gives.
+RATIOS = {"keras_caffe_onednn": "oneDNN / Caffe", "keras_caffe_eigen": "no oneDNN / Caffe"}
 
 
 # -- log parsing (tests/test_benchmark_scripts.py) ---------------------------------------
@@ -189,7 +199,7 @@ def save_log(logs, name, text):
 def measure(args, nets, caffe, golden, progress=lambda results: None):
     """{net: {config: [{"round", "ms", "wall_s"}]}}, the rounds alternating the configs;
     ``progress(results)`` after each process (the partial results)."""
-    results = {name: {key: [] for key in CONFIGS} for name in nets}
+    results = {name: {key: [] for key in args.configs} for name in nets}
     with tempfile.TemporaryDirectory(prefix="train_vs_caffe-") as workdir:
         for round_ in range(args.rounds):
             for name in nets:
@@ -197,7 +207,8 @@ def measure(args, nets, caffe, golden, progress=lambda results: None):
                 iterations = args.iterations or net.iterations
                 display = max(1, iterations // 6) if args.iterations else net.display
                 solver = write_solver(net, golden, workdir, iterations, display)
-                for key, (engine, env_vars, _) in CONFIGS.items():
+                for key in args.configs:
+                    engine, env_vars, _ = CONFIGS[key]
                     text, wall = run_one(engine, env_vars, solver, caffe, args.python, workdir)
                     save_log(args.logs, f"{name}_{key}_round{round_ + 1}.log", text)
                     ms = ms_per_iteration(text)
@@ -217,16 +228,18 @@ def results_from_logs(logs):
     """The results of a run from the logs it kept (``--logs``), as ``measure``
     returns them (wall times unknown): to re-read an interrupted run."""
     results = {}
+    keys = "|".join(sorted(CONFIGS, key=len, reverse=True))
     for path in sorted(Path(logs).glob("*_round*.log")):
-        found = re.fullmatch(r"(\w+?)_(caffe_1|caffe_2|keras_caffe_onednn|keras_caffe_eigen)"
-                             r"_round(\d+)\.log", path.name)
+        found = re.fullmatch(rf"(\w+?)_({keys})_round(\d+)\.log", path.name)
         ms = ms_per_iteration(path.read_text()) if found else []
         if ms:
             net, key, round_ = found.group(1), found.group(2), int(found.group(3))
-            by_config = results.setdefault(net, {k: [] for k in CONFIGS})
-            by_config[key].append({"round": round_, "ms": ms, "wall_s": None})
-    return {net: by_config for net, by_config in results.items()
-            if all(by_config.values())}
+            results.setdefault(net, {}).setdefault(key, []).append(
+                {"round": round_, "ms": ms, "wall_s": None})
+    # a net counts when it has Caffe and at least one keras-caffe column
+    return {net: {key: by_config[key] for key in CONFIGS if key in by_config}
+            for net, by_config in results.items()
+            if {"caffe_1", "caffe_2"} <= set(by_config) and set(by_config) & set(RATIOS)}
 
 
 # -- the table --------------------------------------------------------------------------------
@@ -240,31 +253,41 @@ def summary(runs):
 
 
 def rows(results):
-    """One row per net: the four summaries and keras-caffe's speed over Caffe's best."""
+    """One row per net: each column's summary, and the speed of keras-caffe with
+    oneDNN on and off over Caffe's best thread count (``speed_vs_caffe_best``,
+    by column; the Caffe columns must be there)."""
     out = []
     for name, by_config in results.items():
         cells = {key: summary(runs) for key, runs in by_config.items()}
         caffe_best = min(cells["caffe_1"][0], cells["caffe_2"][0])
-        ours_best = min(cells["keras_caffe_onednn"][0], cells["keras_caffe_eigen"][0])
         out.append({"net": name, "label": NETS[name].label,
                     "ms_per_iter": {key: cell[0] for key, cell in cells.items()},
                     "round_range": {key: [cell[1], cell[2]] for key, cell in cells.items()},
-                    "speed_vs_caffe_best": caffe_best / ours_best})
+                    "speed_vs_caffe_best": {key: caffe_best / cells[key][0]
+                                            for key in RATIOS if key in cells}})
     return out
 
 
 def print_table(table):
-    headings = ["net"] + [CONFIGS[key][2] for key in CONFIGS] + ["k-c speed / Caffe best"]
+    columns = [key for key in CONFIGS if any(key in row["ms_per_iter"] for row in table)]
+    ratios = [key for key in RATIOS if any(key in row["speed_vs_caffe_best"] for row in table)]
+    headings = ["net"] + [CONFIGS[key][2] for key in columns] + [RATIOS[key] for key in ratios]
     lines = []
     for row in table:
         cells = [row["label"]]
-        for key in CONFIGS:
+        for key in columns:
+            if key not in row["ms_per_iter"]:
+                cells.append("-")
+                continue
             low, high = row["round_range"][key]
             cells.append(f"{row['ms_per_iter'][key]:.1f} ({low:.0f}-{high:.0f})")
-        cells.append(f"{row['speed_vs_caffe_best']:.2f}x")
+        for key in ratios:
+            speed = row["speed_vs_caffe_best"].get(key)
+            cells.append("-" if speed is None else f"{speed:.2f}x")
         lines.append(cells)
     widths = [max(len(r[i]) for r in [headings] + lines) for i in range(len(headings))]
-    print("ms per training iteration, median (range of the rounds' medians); lower is better")
+    print("ms per training iteration, median (range of the rounds' medians); lower is better;"
+          " speed: Caffe's best thread count's ms over keras-caffe's")
     for cells in [headings] + lines:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                         for i, (c, w) in enumerate(zip(cells, widths))))
@@ -290,6 +313,9 @@ def parse_args(argv=None):
                                                  for k, n in NETS.items()))
     parser.add_argument("--nets", default=",".join(NETS),
                         help=f"comma-separated, of {', '.join(NETS)}")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"comma-separated columns, of {', '.join(CONFIGS)} (Caffe's two "
+                             "are always run)")
     parser.add_argument("--golden", default=os.environ.get("KERAS_CAFFE_GOLDEN",
                                                            str(DEFAULT_GOLDEN)))
     parser.add_argument("--python", default=sys.executable,
@@ -304,6 +330,12 @@ def parse_args(argv=None):
     if unknown or not nets:
         parser.error(f"--nets: unknown {', '.join(unknown) or '(none given)'}; "
                      f"known: {', '.join(NETS)}")
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"--configs: unknown {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    args.configs = [key for key in CONFIGS
+                    if key in configs or key in ("caffe_1", "caffe_2")]
     if not args.from_logs and any(NETS[n].home == "golden" for n in nets) and \
             not (Path(args.golden) / "timing").is_dir():
         parser.error(f"--golden: no timing/ folder in {args.golden} (the golden Caffe data; "

@@ -30,6 +30,26 @@ def onednn_enabled():
         return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("1", "true")
 
 
+#: Set to 1, layers keep TensorFlow's own gradient kernels on Eigen's CPU
+#: kernels too (to compare, or to rule keras-caffe's out).
+TF_GRADIENTS = "KERAS_CAFFE_TF_GRADIENTS"
+
+
+def eigen_cpu():
+    """True when a layer's ops run on Eigen's CPU kernels: oneDNN off and no
+    GPU visible. Layers whose TensorFlow gradient kernels are slow there
+    (``MaxPoolGrad``, ``Conv2DBackpropFilter``) then use their own backward
+    (``keras_caffe.layers.pooling.max_pool``,
+    ``keras_caffe.layers.conv.stride_one_conv``), unless the environment
+    variable ``KERAS_CAFFE_TF_GRADIENTS`` is 1. Asked when a layer is
+    traced, so a model built after the variable changes follows it."""
+    if os.environ.get(TF_GRADIENTS, "").strip() == "1" or onednn_enabled():
+        return False
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")
+
+
 def cpu_kernels():
     """``"oneDNN"`` or ``"Eigen"``."""
     return "oneDNN" if onednn_enabled() else "Eigen"

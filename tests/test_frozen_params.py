@@ -11,6 +11,8 @@ without ``iter_size``; each case also checks that the old rule (the frozen
 gradient computed and counted) would have given other numbers.
 """
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -220,9 +222,10 @@ def conv_net(frozen):
     return keras_caffe.import_model("\n".join(layers))
 
 
-def backward_ops(model):
+def backward_ops(model, scopes=()):
     """Op types of the traced backward pass of ``sum(model(x))`` over the
-    model's trainable variables, with their counts."""
+    model's trainable variables, with their counts; an op under a name
+    scope of ``scopes`` counts as that scope, once per scope instance."""
     variables = model.trainable_variables
 
     @tf.function
@@ -241,18 +244,46 @@ def backward_ops(model):
         needed.add(op.name)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
-    counts = {}
+    counts, instances = {}, set()
     for op in graph.get_operations():
-        if op.name in needed:
+        if op.name not in needed:
+            continue
+        parts = op.name.split("/")
+        found = [(i, s) for i, part in enumerate(parts) for s in scopes
+                 if re.fullmatch(rf"{s}(_\d+)?", part)]
+        if not found:
             counts[op.type] = counts.get(op.type, 0) + 1
+        elif "/".join(parts[:found[0][0] + 1]) not in instances:  # a scope uniquified: _1, _2
+            instances.add("/".join(parts[:found[0][0] + 1]))
+            counts[found[0][1]] = counts.get(found[0][1], 0) + 1
     return counts
 
 
 @pytest.mark.parametrize("frozen, filters, inputs", [(0, 3, 2), (1, 2, 1), (2, 1, 0), (3, 0, 0)])
-def test_no_backward_work_below_the_lowest_learning_layer(frozen, filters, inputs):
+def test_no_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, filters, inputs):
     """As Caffe's ``layer_need_backward``: the weight gradient is computed
     for learning convolutions only, and the gradient of a convolution's
-    input only where a learning layer lies below it."""
+    input only where a learning layer lies below it. With TensorFlow's
+    gradient kernels (forced: Eigen's CPU kernels take the own backward)."""
+    from keras_caffe.layers import conv
+
+    monkeypatch.setattr(conv, "eigen_cpu", lambda: False)
     counts = backward_ops(conv_net(frozen))
     assert counts.get("Conv2DBackpropFilter", 0) == filters
     assert counts.get("Conv2DBackpropInput", 0) == inputs
+
+
+@pytest.mark.parametrize("frozen, filters, inputs", [(0, 3, 2), (1, 2, 1), (2, 1, 0), (3, 0, 0)])
+def test_no_own_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, filters,
+                                                              inputs):
+    """The same with keras-caffe's own convolution backward (Eigen's CPU
+    kernels: ``keras_caffe.layers.conv.stride_one_conv``), forced on here
+    whatever the kernels: its filter gradients (one XLA call each) and its
+    input gradients (convolutions) run only where Caffe's would."""
+    from keras_caffe.layers import conv
+
+    monkeypatch.setattr(conv, "eigen_cpu", lambda: True)
+    counts = backward_ops(conv_net(frozen), scopes=("conv_filter_gradient", "conv_input_gradient"))
+    assert counts.get("Conv2DBackpropFilter", 0) == 0
+    assert counts.get("conv_filter_gradient", 0) == filters
+    assert counts.get("conv_input_gradient", 0) == inputs
