@@ -38,9 +38,10 @@ def stride_one_conv(x, kernel, bias, pad):
     """``conv(pad(x), kernel) + bias`` for an NHWC ``x``, stride 1, no
     dilation, ``pad = (ph, pw)`` zeros, ``bias`` None or (M,), with a
     backward made for TensorFlow's Eigen CPU kernels (no oneDNN), whose
-    gradient kernels are slow: ``Conv2DBackpropFilter`` ran 1.2-2.6x slower
+    gradient kernels are slow: ``Conv2DBackpropFilter`` ran 1.2-3.1x slower
     than XLA's, ``Conv2DBackpropInput`` up to 2.4x slower than the same sums
-    as a ``Conv2D`` (TF 2.21, 2-core AMD EPYC; ``benchmarks/conv_backward.py``).
+    as a ``Conv2D`` (TF 2.21, 2-core AMD EPYC). ``benchmarks/eigen_backward.py``
+    times the layers both ways.
 
     - The kernel's gradient ``dW[u, v, c, m] = sum_{n,i,j} pad(x)[n, i+u,
       j+v, c] dy[n, i, j, m]`` is XLA's (``_filter_gradient``); the bias's

@@ -30,10 +30,11 @@ def max_pool(x, kernel, stride):
     kernel is slow: 3.0 ms for LeNet's pool1 (64x24x24x20, 2x2 stride 2)
     and 17.4 ms for CIFAR-10 quick's pool1 (100x33x33x32, 3x3 stride 2),
     against 0.5 and 7-8 ms for ``route_max_gradient`` compiled with XLA
-    (TF 2.21, 2-core AMD EPYC; benchmarks/max_pool_backward.py). Caffe's
-    own backward there: 0.24 and 1.3 ms (golden/timing). Used on Eigen's
-    CPU kernels only (``keras_caffe.kernels.eigen_cpu``): oneDNN's and
-    cuDNN's ``MaxPoolGrad`` are faster still."""
+    (TF 2.21, 2-core AMD EPYC; ``benchmarks/eigen_backward.py`` times the
+    layers both ways). Caffe's own backward there: 0.24 and 1.3 ms
+    (golden/timing). Used on Eigen's CPU kernels only
+    (``keras_caffe.kernels.eigen_cpu``): oneDNN's and cuDNN's
+    ``MaxPoolGrad`` are faster still."""
     if not eigen_cpu() or None in x.shape[1:]:
         return ops.max_pool(x, kernel, stride, padding="valid")
     return _routed_max_pool(x, tuple(kernel), tuple(stride))
