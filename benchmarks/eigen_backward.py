@@ -6,7 +6,7 @@ gradient kernels, layer by layer, on Eigen's CPU kernels.
 For each layer of LeNet (batch 64) and CIFAR-10 quick (batch 100) that the
 own backward covers, two one-layer models are built from the same Caffe
 layer: one traced with the own backward (``keras_caffe.kernels.eigen_cpu``
-true), one with ``KERAS_CAFFE_TF_GRADIENTS=1`` (TensorFlow's
+true), one with ``KERAS_CAFFE_CPU_TUNING=0`` (TensorFlow's
 ``MaxPoolGrad``, ``Conv2DBackpropFilter``, ``Conv2DBackpropInput``). Each
 step is a ``tf.function``: forward, then the gradients a training step needs
 (the parameters'; the input's too except for a net's first layer, whose
@@ -52,11 +52,11 @@ def one_layer_net(shape, layer_type, params):
 
 def step_function(tf, shape, layer_type, params, input_gradient, tf_gradients):
     from keras_caffe.importers import import_model
-    from keras_caffe.kernels import TF_GRADIENTS
+    from keras_caffe.kernels import CPU_TUNING
 
-    os.environ.pop(TF_GRADIENTS, None)
+    os.environ.pop(CPU_TUNING, None)
     if tf_gradients:
-        os.environ[TF_GRADIENTS] = "1"
+        os.environ[CPU_TUNING] = "0"
     model = import_model(one_layer_net(shape, layer_type, params))
     n, c, h, w = shape
     x = tf.constant(np.random.default_rng(0).standard_normal((n, h, w, c)).astype(np.float32))
@@ -71,7 +71,7 @@ def step_function(tf, shape, layer_type, params, input_gradient, tf_gradients):
         return tape.gradient(loss, sources)
 
     step.get_concrete_function(x)  # traced now, under this setting
-    os.environ.pop(TF_GRADIENTS, None)
+    os.environ.pop(CPU_TUNING, None)
     return lambda: step(x)
 
 
@@ -98,7 +98,7 @@ def main(argv=None):
 
     forced = not eigen_cpu()
     if forced:  # show what the own backward would cost on these kernels
-        conv.eigen_cpu = pooling.eigen_cpu = lambda: not os.environ.get("KERAS_CAFFE_TF_GRADIENTS")
+        conv.eigen_cpu = pooling.eigen_cpu = lambda: os.environ.get("KERAS_CAFFE_CPU_TUNING") != "0"
     print(f"{cpu_model()}, {os.cpu_count()} logical CPUs; TensorFlow {tf.__version__}, "
           f"{cpu_kernels()} kernels{' (own backward forced on)' if forced else ''}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

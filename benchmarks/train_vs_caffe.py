@@ -20,9 +20,10 @@ the same solver (``max_iter`` and ``display`` set for the run):
 ``caffe train -solver S`` with ``OPENBLAS_NUM_THREADS=1`` and ``=2``, then
 ``python -m keras_caffe train --solver S --log caffe`` with
 ``TF_ENABLE_ONEDNN_OPTS=1`` and ``=0``, and ``=0`` with
-``KERAS_CAFFE_TF_GRADIENTS=1`` (TensorFlow's own gradient kernels instead of
-keras-caffe's MAX pooling and convolution backward: what keras-caffe ran on
-Eigen's kernels before those; ``--configs`` picks columns). Both print Caffe's display line
+``KERAS_CAFFE_CPU_TUNING=0`` (TensorFlow's own gradients instead of
+keras-caffe's for MAX pooling, convolutions and large InnerProducts, and the
+update not compiled: what keras-caffe ran on Eigen's kernels before those;
+``--configs`` picks columns). Both print Caffe's display line
 ``Iteration N (x iter/s, Ys/D iters), loss = ...`` (Caffe's
 ``Solver::Step``, solver.cpp; keras-caffe's ``caffe_log.py``), timing the
 ``display`` iterations since the previous display line; both are read the same
@@ -78,9 +79,9 @@ CONFIGS = {
     "caffe_2": ("caffe", {"OPENBLAS_NUM_THREADS": "2"}, "Caffe 2 thr"),
     "keras_caffe_onednn": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "1"}, "k-c oneDNN"),
     "keras_caffe_eigen": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "0"}, "k-c no oneDNN"),
-    "keras_caffe_eigen_tf": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "0",
-                                             "KERAS_CAFFE_TF_GRADIENTS": "1"},
-                             "k-c no oneDNN, TF's gradients"),
+    "keras_caffe_eigen_untuned": ("keras-caffe", {"TF_ENABLE_ONEDNN_OPTS": "0",
+                                                  "KERAS_CAFFE_CPU_TUNING": "0"},
+                                  "k-c no oneDNN, untuned"),
 }
 
 #: The columns whose speed over Caffe's best thread count the table gives.

@@ -30,9 +30,24 @@ def onednn_enabled():
         return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("1", "true")
 
 
-#: Set to 1, layers keep TensorFlow's own gradient kernels on Eigen's CPU
-#: kernels too (to compare, or to rule keras-caffe's out).
-TF_GRADIENTS = "KERAS_CAFFE_TF_GRADIENTS"
+#: Set to 0, keras-caffe's CPU tuning is off: layers keep TensorFlow's own
+#: gradients and the optimizer's update is not XLA-compiled (to compare, or
+#: to rule keras-caffe's choices out). Read when a model or step is traced.
+CPU_TUNING = "KERAS_CAFFE_CPU_TUNING"
+
+
+def cpu_only():
+    """True when no GPU is visible (so everything runs on CPU kernels,
+    oneDNN's or Eigen's) and ``KERAS_CAFFE_CPU_TUNING`` is not 0: then what
+    TensorFlow does slowly on both CPU families is done otherwise (the
+    large InnerProduct's input gradient,
+    ``keras_caffe.layers.dense.large_kernel_matmul``; the optimizer update
+    as one XLA program, ``keras_caffe.net_step``)."""
+    if os.environ.get(CPU_TUNING, "").strip() == "0":
+        return False
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")
 
 
 def eigen_cpu():
@@ -41,13 +56,9 @@ def eigen_cpu():
     (``MaxPoolGrad``, ``Conv2DBackpropFilter``) then use their own backward
     (``keras_caffe.layers.pooling.max_pool``,
     ``keras_caffe.layers.conv.stride_one_conv``), unless the environment
-    variable ``KERAS_CAFFE_TF_GRADIENTS`` is 1. Asked when a layer is
-    traced, so a model built after the variable changes follows it."""
-    if os.environ.get(TF_GRADIENTS, "").strip() == "1" or onednn_enabled():
-        return False
-    import tensorflow as tf
-
-    return not tf.config.list_logical_devices("GPU")
+    variable ``KERAS_CAFFE_CPU_TUNING`` is 0. Asked when a layer is traced,
+    so a model built after the variable changes follows it."""
+    return not onednn_enabled() and cpu_only()
 
 
 def cpu_kernels():

@@ -119,12 +119,12 @@ def test_table_from_kept_logs(bench, golden, tmp_path):
     assert row["ms_per_iter"]["caffe_2"] == pytest.approx(23.669995, abs=1e-6)
     assert row["speed_vs_caffe_best"] == {"keras_caffe_onednn": pytest.approx(0.804188, abs=1e-6),
                                           "keras_caffe_eigen": pytest.approx(0.804188, abs=1e-6)}
-    assert "keras_caffe_eigen_tf" not in row["ms_per_iter"]  # a column the run left out
+    assert "keras_caffe_eigen_untuned" not in row["ms_per_iter"]  # a column the run left out
 
 
 def test_configs_option(bench, capsys):
-    args, _ = bench.parse_args(["--configs", "keras_caffe_eigen_tf,keras_caffe_eigen"])
-    assert args.configs == ["caffe_1", "caffe_2", "keras_caffe_eigen", "keras_caffe_eigen_tf"]
+    args, _ = bench.parse_args(["--configs", "keras_caffe_eigen_untuned,keras_caffe_eigen"])
+    assert args.configs == ["caffe_1", "caffe_2", "keras_caffe_eigen", "keras_caffe_eigen_untuned"]
     with pytest.raises(SystemExit) as exit_:
         bench.parse_args(["--configs", "keras_caffe_xla"])
     assert exit_.value.code == 2
@@ -133,12 +133,12 @@ def test_configs_option(bench, capsys):
 
 def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys):
     """Two ratio columns, oneDNN's and Eigen's, each over Caffe's best; the
-    TF-gradients column is a time only."""
+    untuned column is a time only."""
     timing = Path(golden) / "timing"
     for key, source in (("caffe_1", "train_lenet_threads-1.log"),
                         ("caffe_2", "train_lenet_threads-2.log")):
         (tmp_path / f"lenet_{key}_round1.log").write_text((timing / source).read_text())
-    for key in ("keras_caffe_eigen", "keras_caffe_eigen_tf"):
+    for key in ("keras_caffe_eigen", "keras_caffe_eigen_untuned"):
         (tmp_path / f"lenet_{key}_round1.log").write_text(KERAS_CAFFE_LOG)
     table = bench.rows(bench.results_from_logs(tmp_path))
     assert table[0]["speed_vs_caffe_best"] == {
@@ -146,6 +146,6 @@ def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys)
     bench.print_table(table)
     out = capsys.readouterr().out.splitlines()
     assert out[1].split("  ")[0] == "net"
-    assert "k-c no oneDNN, TF's gradients" in out[1] and "no oneDNN / Caffe" in out[1]
+    assert "k-c no oneDNN, untuned" in out[1] and "no oneDNN / Caffe" in out[1]
     assert "oneDNN / Caffe" not in out[1].replace("no oneDNN / Caffe", "")
     assert out[2].startswith("LeNet, batch 64") and out[2].rstrip().endswith("0.80x")

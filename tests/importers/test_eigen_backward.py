@@ -256,22 +256,25 @@ def traced_op_types(model):
 
 
 def test_eigen_cpu_follows_the_kernels_and_the_switch(monkeypatch):
-    monkeypatch.delenv(kernels.TF_GRADIENTS, raising=False)
-    assert kernels.eigen_cpu() == (not kernels.onednn_enabled()
-                                   and not tf.config.list_logical_devices("GPU"))
-    monkeypatch.setenv(kernels.TF_GRADIENTS, "1")
-    assert kernels.eigen_cpu() is False
+    monkeypatch.delenv(kernels.CPU_TUNING, raising=False)
+    no_gpu = not tf.config.list_logical_devices("GPU")
+    assert kernels.cpu_only() == no_gpu
+    assert kernels.eigen_cpu() == (not kernels.onednn_enabled() and no_gpu)
+    monkeypatch.setenv(kernels.CPU_TUNING, "0")
+    assert kernels.eigen_cpu() is False and kernels.cpu_only() is False
+    monkeypatch.setenv(kernels.CPU_TUNING, "1")
+    assert kernels.cpu_only() == no_gpu
 
 
-@pytest.mark.parametrize("switch", ["unset", "1"])
+@pytest.mark.parametrize("switch", ["unset", "0"])
 def test_the_gradient_ops_in_the_graph(monkeypatch, switch):
     """Where the own backward is on, the traced gradient has no
     ``Conv2DBackpropFilter`` and no ``MaxPoolGrad``; with
-    ``KERAS_CAFFE_TF_GRADIENTS=1`` (or on oneDNN) it has both."""
+    ``KERAS_CAFFE_CPU_TUNING=0`` (or on oneDNN) it has both."""
     if switch == "unset":
-        monkeypatch.delenv(kernels.TF_GRADIENTS, raising=False)
+        monkeypatch.delenv(kernels.CPU_TUNING, raising=False)
     else:
-        monkeypatch.setenv(kernels.TF_GRADIENTS, switch)
+        monkeypatch.setenv(kernels.CPU_TUNING, switch)
     model = import_model(LENET_LIKE)
     types = traced_op_types(model)
     if kernels.eigen_cpu():
