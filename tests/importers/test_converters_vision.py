@@ -173,6 +173,44 @@ def test_lrn(region, data_format):
     np.testing.assert_allclose(y, lrn_reference(x, 3, 0.5, 0.75, 2.0, region), rtol=1e-5, atol=1e-6)
 
 
+def caffe_lrn_backward(x, top_diff, size, alpha, beta, k):
+    """lrn_layer.cpp, CrossChannelBackward_cpu, in float64: bottom_diff =
+    top_diff * scale^-beta - 2 alpha beta / n * bottom * sum_window(top_diff *
+    top / scale), NCHW."""
+    x, top_diff = x.astype(np.float64), top_diff.astype(np.float64)
+    c = x.shape[1]
+    half = (size - 1) // 2
+    padded = np.pad(x**2, ((0, 0), (half, half), (0, 0), (0, 0)))
+    scale = k + alpha / size * sum(padded[:, i:i + c] for i in range(size))
+    top = x * scale**-beta
+    ratio = np.pad(top_diff * top / scale, ((0, 0), (half, half), (0, 0), (0, 0)))
+    window = sum(ratio[:, i:i + c] for i in range(size))
+    return top_diff * scale**-beta - 2 * alpha * beta / size * x * window
+
+
+@pytest.mark.converter("LRN")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])  # TensorFlow's LRN op; the slices
+@pytest.mark.parametrize("data_format", DATA_FORMATS)
+def test_lrn_across_channels_gradient(data_format, dtype):
+    import tensorflow as tf
+
+    from keras_caffe.layers.lrn import LRN
+
+    x = (RNG.randn(2, 7, 6, 5) * 3).astype(dtype)
+    top_diff = RNG.randn(*x.shape).astype(dtype)
+    layer = LRN(local_size=5, alpha=0.5, beta=0.75, k=2.0, data_format=data_format, dtype=dtype)
+    to_layer = (lambda a: a) if data_format == "channels_first" else (
+        lambda a: np.moveaxis(a, 1, -1))
+    xin = tf.constant(to_layer(x))
+    with tf.GradientTape() as tape:
+        tape.watch(xin)
+        loss = tf.reduce_sum(layer(xin) * to_layer(top_diff))
+    grad = tape.gradient(loss, xin).numpy()
+    expected = to_layer(caffe_lrn_backward(x, top_diff, 5, 0.5, 0.75, 2.0))
+    tolerance = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(grad, expected, rtol=tolerance, atol=tolerance)
+
+
 @pytest.mark.converter("Convolution")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)
 def test_convolution_bottoms_share_weights(data_format):
