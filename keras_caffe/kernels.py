@@ -55,7 +55,7 @@ def eigen_cpu():
     GPU visible. Layers whose TensorFlow gradient kernels are slow there
     (``MaxPoolGrad``, ``Conv2DBackpropFilter``) then use their own backward
     (``keras_caffe.layers.pooling.max_pool``,
-    ``keras_caffe.layers.conv.stride_one_conv``), unless the environment
+    ``keras_caffe.layers.conv.own_backward_conv``), unless the environment
     variable ``KERAS_CAFFE_CPU_TUNING`` is 0. Asked when a layer is traced,
     so a model built after the variable changes follows it."""
     return not onednn_enabled() and cpu_only()

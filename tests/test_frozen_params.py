@@ -277,7 +277,7 @@ def test_no_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, f
 def test_no_own_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, filters,
                                                               inputs):
     """The same with keras-caffe's own convolution backward (Eigen's CPU
-    kernels: ``keras_caffe.layers.conv.stride_one_conv``), forced on here
+    kernels: ``keras_caffe.layers.conv.own_backward_conv``), forced on here
     whatever the kernels: its filter gradients (one XLA call each) and its
     input gradients (convolutions) run only where Caffe's would."""
     from keras_caffe.layers import conv

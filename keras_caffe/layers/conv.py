@@ -34,31 +34,35 @@ class ConvolutionParameters(Fillers, CaffeBlobs, keras.layers.Layer):
         return config
 
 
-def stride_one_conv(x, kernel, bias, pad):
-    """``conv(pad(x), kernel) + bias`` for an NHWC ``x``, stride 1, no
-    dilation, ``pad = (ph, pw)`` zeros, ``bias`` None or (M,), with a
-    backward made for TensorFlow's Eigen CPU kernels (no oneDNN), whose
+def own_backward_conv(x, kernel, bias, pad, stride=(1, 1)):
+    """``conv(pad(x), kernel, stride) + bias`` for an NHWC ``x``, no dilation,
+    ``pad = (ph, pw)`` zeros, ``bias`` None or (M,), with a backward made
+    for TensorFlow's Eigen CPU kernels (no oneDNN), whose
     gradient kernels are slow: ``Conv2DBackpropFilter`` ran 1.2-3.1x slower
     than XLA's, ``Conv2DBackpropInput`` up to 2.4x slower than the same sums
     as a ``Conv2D`` (TF 2.21, 2-core AMD EPYC). ``benchmarks/eigen_backward.py``
     times the layers both ways.
 
-    - The kernel's gradient ``dW[u, v, c, m] = sum_{n,i,j} pad(x)[n, i+u,
-      j+v, c] dy[n, i, j, m]`` is XLA's (``_filter_gradient``); the bias's
+    - The kernel's gradient ``dW[u, v, c, m] = sum_{n,i,j} pad(x)[n, s i+u,
+      s j+v, c] dy[n, i, j, m]`` is XLA's (``_filter_gradient``; CaffeNet's
+      conv1, 11x11 stride 4, batch 16: 34 against 46 ms); the bias's
       is ``sum_{n,i,j} dy``. Each is its own op, so TensorFlow skips the
       one a frozen blob (``lr_mult: 0``, a stopped gradient) does not use,
       as Caffe's ``param_propagate_down``.
-    - The input's gradient is the convolution of ``dy`` padded by ``k - 1 -
-      pad`` with the kernel turned by 180 degrees and its channel axes
-      swapped, where the convolution keeps or grows the image (``2 pad >=
-      k - 1``, where it does no more multiplications than TensorFlow's
-      column-scatter kernel); else TensorFlow's ``Conv2DBackpropInput``
-      (LeNet's unpadded 5x5: 1.8 ms against 4.9 ms as a convolution).
-    - A one-channel input's forward is ``_one_channel_conv``.
+    - With stride 1 the input's gradient is the convolution of ``dy``
+      padded by ``k - 1 - pad`` with the kernel turned by 180 degrees and
+      its channel axes swapped, where the convolution keeps or grows the
+      image (``2 pad >= k - 1``, where it does no more multiplications than
+      TensorFlow's column-scatter kernel); else TensorFlow's
+      ``Conv2DBackpropInput`` (LeNet's unpadded 5x5: 1.8 ms against 4.9 ms
+      as a convolution).
+    - A one-channel input's forward at stride 1 is ``_one_channel_conv``.
 
     The sums run in another order than TensorFlow's or Caffe's: relative
     differences of about 1e-6."""
     (ph, pw) = pad
+    stride = tuple(stride)
+    strides = [1, stride[0], stride[1], 1]
     paddings = [[0, 0], [ph, ph], [pw, pw], [0, 0]]
     kh, kw = kernel.shape[0], kernel.shape[1]
     # Tensors, not variables: a custom gradient over a variable read inside
@@ -67,9 +71,9 @@ def stride_one_conv(x, kernel, bias, pad):
     bias = None if bias is None else tf.convert_to_tensor(bias)
 
     def forward(x, kernel, bias):
-        if x.shape[3] == 1:
+        if x.shape[3] == 1 and stride == (1, 1):
             return _one_channel_conv(x, kernel, bias, pad)
-        y = tf.nn.conv2d(x, kernel, 1, paddings if ph or pw else "VALID")
+        y = tf.nn.conv2d(x, kernel, strides, paddings if ph or pw else "VALID")
         return y if bias is None else tf.nn.bias_add(y, bias)
 
     def input_gradient(dy, kernel):
@@ -78,17 +82,17 @@ def stride_one_conv(x, kernel, bias, pad):
 
     def _input_gradient(dy, kernel):
         qh, qw = kh - 1 - ph, kw - 1 - pw
-        if 0 <= qh <= ph and 0 <= qw <= pw:
+        if stride == (1, 1) and 0 <= qh <= ph and 0 <= qw <= pw:
             turned = tf.transpose(tf.reverse(kernel, (0, 1)), (0, 1, 3, 2))
             return tf.nn.conv2d(dy, turned, 1, [[0, 0], [qh, qh], [qw, qw], [0, 0]])
         return tf.raw_ops.Conv2DBackpropInput(
-            input_sizes=tf.shape(x), filter=kernel, out_backprop=dy, strides=[1, 1, 1, 1],
+            input_sizes=tf.shape(x), filter=kernel, out_backprop=dy, strides=strides,
             padding="EXPLICIT" if ph or pw else "VALID",
             explicit_paddings=sum(paddings, []) if ph or pw else [])
 
     def filter_gradient(dy):
         with tf.name_scope("conv_filter_gradient"):
-            return _filter_gradient(x, dy, (kh, kw), pad)
+            return _filter_gradient(x, dy, (kh, kw), pad, stride)
 
     if bias is None:
         @tf.custom_gradient
@@ -129,14 +133,15 @@ def _one_channel_conv_xla(x, kernel, bias, pad):
     return y if bias is None else y + bias
 
 
-def _filter_gradient_xla(x, dy, kernel_size, pad):
-    """dW of ``stride_one_conv``, as XLA compiles TensorFlow's filter gradient:
+def _filter_gradient_xla(x, dy, kernel_size, pad, stride):
+    """dW of ``own_backward_conv``, as XLA compiles TensorFlow's filter gradient:
     a convolution of ``x`` with ``dy`` over the batch axis, without
     materialized transposes."""
     (ph, pw) = pad
     return tf.raw_ops.Conv2DBackpropFilter(
         input=x, filter_sizes=[kernel_size[0], kernel_size[1], x.shape[3], dy.shape[3]],
-        out_backprop=dy, strides=[1, 1, 1, 1], padding="EXPLICIT" if ph or pw else "VALID",
+        out_backprop=dy, strides=[1, stride[0], stride[1], 1],
+        padding="EXPLICIT" if ph or pw else "VALID",
         explicit_paddings=[0, 0, ph, ph, pw, pw, 0, 0] if ph or pw else [])
 
 
@@ -197,13 +202,15 @@ class Convolution(ConvolutionParameters):
 
     def call(self, x):
         x = to_nhwc(x, self.data_format)
-        if not self.depthwise and self.stride == (1, 1) and self.dilation == (1, 1) \
-                and None not in x.shape[1:] and eigen_cpu():
+        if not self.depthwise and self.dilation == (1, 1) and None not in x.shape[1:] \
+                and eigen_cpu():
             kernel = self.blob(self.kernel)
             bias = self.blob(self.bias)
             if self.group == 1:
-                return from_nhwc(stride_one_conv(x, kernel, bias, self.pad), self.data_format)
-            y = self._per_group(lambda xg, kg: stride_one_conv(xg, kg, None, self.pad), x, kernel)
+                return from_nhwc(own_backward_conv(x, kernel, bias, self.pad, self.stride),
+                                 self.data_format)
+            y = self._per_group(lambda xg, kg: own_backward_conv(xg, kg, None, self.pad, self.stride),
+                                x, kernel)
             return from_nhwc(y if bias is None else y + bias, self.data_format)
         padding = "same" if any(self.pad) and self._same_padding() else "valid"
         if any(self.pad) and padding == "valid":

@@ -1,9 +1,9 @@
-"""keras-caffe's own backward for MAX pooling and stride-1 convolutions.
+"""keras-caffe's own backward for MAX pooling and undilated convolutions.
 
 On Eigen's CPU kernels (oneDNN off, no GPU: ``keras_caffe.kernels.eigen_cpu``)
 ``Pooling`` MAX routes its gradient itself (``pooling.max_pool``) and
-``Convolution`` with stride 1 and no dilation computes its gradients as
-forward convolutions (``conv.stride_one_conv``): TensorFlow's
+``Convolution`` without dilation computes its gradients with XLA's filter
+gradient and, at stride 1, forward convolutions (``conv.own_backward_conv``): TensorFlow's
 ``MaxPoolGrad`` and ``Conv2DBackpropFilter`` are slow there. Each case runs
 with the own backward forced on and forced off (TensorFlow's), whichever
 kernels the process has, against numpy ports of Caffe:
@@ -143,15 +143,16 @@ def test_route_max_gradient_matches_tensorflows_max_pool_grad():
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
-# -- stride-1 convolution -----------------------------------------------------------------
+# -- convolution --------------------------------------------------------------------------
 
-def caffe_conv_gradients(x, weights, bias, pad, top_diff):
+def caffe_conv_gradients(x, weights, bias, pad, stride, top_diff):
     """conv_layer.cpp's Backward_cpu for one group: ``weight_diff += top_diff
     col^T``, ``bias_diff += top_diff 1``, ``bottom_diff = col2im(W^T
     top_diff)``, in float64. ``x`` NCHW, ``weights`` (M, C, kh, kw)."""
     n, c, h, w = x.shape
     m, _, kh, kw = weights.shape
     ph, pw = pad
+    sh, sw = stride
     padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (ph, ph), (pw, pw)])
     oh, ow = top_diff.shape[2:]
     dy = top_diff.astype(np.float64)
@@ -159,24 +160,34 @@ def caffe_conv_gradients(x, weights, bias, pad, top_diff):
     dx = np.zeros_like(padded)
     for u in range(kh):
         for v in range(kw):
-            window = padded[:, :, u:u + oh, v:v + ow]
-            dw[:, :, u, v] = np.einsum("nchw,nmhw->mc", window, dy)
-            dx[:, :, u:u + oh, v:v + ow] += np.einsum("mc,nmhw->nchw", weights[:, :, u, v], dy)
+            rows, cols = slice(u, u + sh * (oh - 1) + 1, sh), slice(v, v + sw * (ow - 1) + 1, sw)
+            dw[:, :, u, v] = np.einsum("nchw,nmhw->mc", padded[:, :, rows, cols], dy)
+            dx[:, :, rows, cols] += np.einsum("mc,nmhw->nchw", weights[:, :, u, v], dy)
     db = dy.sum(axis=(0, 2, 3)) if bias else None
     return dx[:, :, ph:ph + h, pw:pw + w], dw, db
 
 
-CONVS = {  # params, pad, input (C, H, W)
-    "one_channel_5x5": ("num_output: 4 kernel_size: 5", (0, 0), (1, 12, 11)),
-    "one_channel_5x5_pad2": ("num_output: 4 kernel_size: 5 pad: 2", (2, 2), (1, 9, 10)),
-    "5x5_pad2": ("num_output: 6 kernel_size: 5 pad: 2", (2, 2), (3, 9, 8)),
-    "5x5_valid": ("num_output: 5 kernel_size: 5", (0, 0), (4, 10, 9)),
-    "3x3_pad1": ("num_output: 6 kernel_size: 3 pad: 1", (1, 1), (4, 7, 6)),
-    "1x1": ("num_output: 5 kernel_size: 1", (0, 0), (4, 5, 6)),
-    "1x1_pad1": ("num_output: 5 kernel_size: 1 pad: 1", (1, 1), (3, 5, 6)),
-    "rectangular": ("num_output: 3 kernel_h: 3 kernel_w: 1 pad_h: 1 pad_w: 0", (1, 0), (4, 6, 7)),
-    "no_bias": ("num_output: 4 kernel_size: 3 pad: 1 bias_term: false", (1, 1), (3, 6, 6)),
-    "group": ("num_output: 6 kernel_size: 3 pad: 1 group: 2", (1, 1), (4, 6, 5)),
+CONVS = {  # params, pad, stride, input (C, H, W)
+    "one_channel_5x5": ("num_output: 4 kernel_size: 5", (0, 0), (1, 1), (1, 12, 11)),
+    "one_channel_5x5_pad2": ("num_output: 4 kernel_size: 5 pad: 2", (2, 2), (1, 1), (1, 9, 10)),
+    "5x5_pad2": ("num_output: 6 kernel_size: 5 pad: 2", (2, 2), (1, 1), (3, 9, 8)),
+    "5x5_valid": ("num_output: 5 kernel_size: 5", (0, 0), (1, 1), (4, 10, 9)),
+    "3x3_pad1": ("num_output: 6 kernel_size: 3 pad: 1", (1, 1), (1, 1), (4, 7, 6)),
+    "1x1": ("num_output: 5 kernel_size: 1", (0, 0), (1, 1), (4, 5, 6)),
+    "1x1_pad1": ("num_output: 5 kernel_size: 1 pad: 1", (1, 1), (1, 1), (3, 5, 6)),
+    "rectangular": ("num_output: 3 kernel_h: 3 kernel_w: 1 pad_h: 1 pad_w: 0", (1, 0), (1, 1),
+                    (4, 6, 7)),
+    "no_bias": ("num_output: 4 kernel_size: 3 pad: 1 bias_term: false", (1, 1), (1, 1), (3, 6, 6)),
+    "group": ("num_output: 6 kernel_size: 3 pad: 1 group: 2", (1, 1), (1, 1), (4, 6, 5)),
+    # strides: the last rows and columns no window reaches get no gradient
+    "one_channel_stride4": ("num_output: 4 kernel_size: 5 stride: 4", (0, 0), (4, 4), (1, 15, 14)),
+    "11x11_stride4": ("num_output: 4 kernel_size: 11 stride: 4", (0, 0), (4, 4), (3, 23, 20)),
+    "3x3_stride2_pad1": ("num_output: 5 kernel_size: 3 stride: 2 pad: 1", (1, 1), (2, 2),
+                         (4, 8, 7)),
+    "stride_hw": ("num_output: 3 kernel_size: 3 stride_h: 2 stride_w: 3 pad: 1", (1, 1), (2, 3),
+                  (2, 9, 10)),
+    "group_stride2": ("num_output: 6 kernel_size: 3 stride: 2 group: 2", (0, 0), (2, 2),
+                      (4, 7, 9)),
 }
 
 
@@ -184,7 +195,7 @@ CONVS = {  # params, pad, input (C, H, W)
 @pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
 @pytest.mark.parametrize("case", list(CONVS))
 def test_convolution_gradients_are_caffes(own, case, data_format, compiled):
-    params, pad, (c, h, w) = CONVS[case]
+    params, pad, stride, (c, h, w) = CONVS[case]
     model = import_model(input_net((2, c, h, w), "Convolution",
                                    f"convolution_param {{ {params} }}"), data_format=data_format)
     layer = caffe_layers(model)["l"]
@@ -202,7 +213,8 @@ def test_convolution_gradients_are_caffes(own, case, data_format, compiled):
     cg, mg = c // group, layer.num_output // group
     for g in range(group):
         dx, dw, db = caffe_conv_gradients(x[:, g * cg:(g + 1) * cg], blobs[0][g * mg:(g + 1) * mg],
-                                          layer.bias is not None, pad, dy[:, g * mg:(g + 1) * mg])
+                                          layer.bias is not None, pad, stride,
+                                          dy[:, g * mg:(g + 1) * mg])
         expected[0][:, g * cg:(g + 1) * cg] = dx
         expected[1][g * mg:(g + 1) * mg] = dw
         if db is not None:
@@ -230,7 +242,7 @@ def test_second_order_gradients_go_through_the_own_backward():
             loss = tf.reduce_sum(gx * gx)
         return outer.gradient(loss, kernel).numpy()
 
-    ours = penalty(lambda x, k: conv.stride_one_conv(x, k, None, (1, 1)))
+    ours = penalty(lambda x, k: conv.own_backward_conv(x, k, None, (1, 1)))
     theirs = penalty(lambda x, k: tf.nn.conv2d(x, k, 1, [[0, 0], [1, 1], [1, 1], [0, 0]]))
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
 
