@@ -62,10 +62,29 @@ def quiet_cli_start():
     atexit.register(end)
 
 
+def _start_xla():
+    """Compile one tiny XLA program while stderr is captured: XLA logs its
+    start (``XLA service ... initialized``, ``Compiled cluster using
+    XLA!``) through absl once per process, which no environment variable
+    silences, and keras-caffe compiles with XLA on CPUs (the optimizer's
+    update, the Eigen backwards). About 40 ms, only where that will happen."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return
+    try:
+        from keras_caffe.kernels import cpu_only
+
+        if cpu_only():
+            tf.function(lambda: tf.constant(1.0) + 1.0, jit_compile=True)()
+    except Exception:  # noqa: BLE001 - a quiet start never stops the command
+        pass
+
+
 def end():
     """Restore stderr; write back the captured lines that are not TensorFlow's."""
     if not _state.get("capture"):
         return
+    _start_xla()
     capture, saved = _state.pop("capture"), _state.pop("saved")
     try:
         sys.stderr.flush()
