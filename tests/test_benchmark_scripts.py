@@ -101,13 +101,19 @@ def test_unknown_net_is_a_usage_error(bench, capsys):
             in capsys.readouterr().err)
 
 
-def test_table_from_kept_logs(bench, golden, tmp_path):
-    """--from-logs: Caffe's golden LeNet logs (1 and 2 threads) against the
-    keras-caffe excerpt (both oneDNN settings), one round."""
+def caffe_lenet_logs(golden, folder):
+    """Caffe's golden LeNet train logs (1 and 2 threads) as a kept round 1."""
     timing = Path(golden) / "timing"
     for key, source in (("caffe_1", "train_lenet_threads-1.log"),
                         ("caffe_2", "train_lenet_threads-2.log")):
-        (tmp_path / f"lenet_{key}_round1.log").write_text((timing / source).read_text())
+        (folder / f"lenet_{key}_round1.log").write_text((timing / source).read_text())
+    return timing
+
+
+def test_table_from_kept_logs(bench, golden, tmp_path):
+    """--from-logs: Caffe's golden LeNet logs (1 and 2 threads) against the
+    keras-caffe excerpt (both oneDNN settings), one round."""
+    timing = caffe_lenet_logs(golden, tmp_path)
     for key in ("keras_caffe_onednn", "keras_caffe_eigen"):
         (tmp_path / f"lenet_{key}_round1.log").write_text(KERAS_CAFFE_LOG)
     (tmp_path / "cifar10_quick_caffe_1_round1.log").write_text(
@@ -134,10 +140,7 @@ def test_configs_option(bench, capsys):
 def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys):
     """Two ratio columns, oneDNN's and Eigen's, each over Caffe's best; the
     untuned column is a time only."""
-    timing = Path(golden) / "timing"
-    for key, source in (("caffe_1", "train_lenet_threads-1.log"),
-                        ("caffe_2", "train_lenet_threads-2.log")):
-        (tmp_path / f"lenet_{key}_round1.log").write_text((timing / source).read_text())
+    caffe_lenet_logs(golden, tmp_path)
     for key in ("keras_caffe_eigen", "keras_caffe_eigen_untuned"):
         (tmp_path / f"lenet_{key}_round1.log").write_text(KERAS_CAFFE_LOG)
     table = bench.rows(bench.results_from_logs(tmp_path))

@@ -26,6 +26,7 @@ from keras_caffe import kernels
 from keras_caffe.importers import import_model
 from keras_caffe.importers.api import caffe_layers
 from keras_caffe.layers import conv, pooling
+from test_kernel_families import gradients
 
 pytestmark = pytest.mark.kernels
 
@@ -44,17 +45,6 @@ def own(request, monkeypatch):
     monkeypatch.setattr(pooling, "eigen_cpu", lambda: request.param)
     monkeypatch.setattr(conv, "eigen_cpu", lambda: request.param)
     return request.param
-
-
-def gradients(model, x, r, variables, compiled):
-    def loss_grads(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_sum(r * model(x, training=True))
-        return tape.gradient(loss, [x, *variables])
-
-    fn = tf.function(loss_grads) if compiled else loss_grads
-    return [g.numpy() for g in fn(tf.constant(x))]
 
 
 def nchw(a, data_format):
