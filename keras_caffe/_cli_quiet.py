@@ -51,6 +51,35 @@ def quiet_cli_start():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # TensorFlow's Python warnings (retracing notices) too
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    _state["quiet"] = True
+    _capture()
+    atexit.register(end)
+
+
+def hide_xla_start():
+    """In a quiet command line, compile one tiny XLA program with stderr
+    captured: XLA logs its start (``XLA service ... initialized``,
+    ``Compiled cluster using XLA!``) through absl once per process, which no
+    environment variable silences, and keras-caffe compiles with XLA on
+    CPUs (the optimizer's update, the Eigen backwards). About 40 ms. Called
+    by the commands that compute, after their device options took effect
+    (this starts TensorFlow's devices)."""
+    tf = sys.modules.get("tensorflow")
+    if not _state.get("quiet") or tf is None:
+        return
+    from keras_caffe.kernels import cpu_only
+
+    if not cpu_only():
+        return
+    _capture()
+    try:
+        tf.function(lambda: tf.constant(1.0) + 1.0, jit_compile=True)()
+    finally:
+        end()
+
+
+def _capture():
+    """Send file descriptor 2 to a temporary file until ``end()``."""
     try:
         sys.stderr.flush()
         capture = tempfile.TemporaryFile()
@@ -59,32 +88,12 @@ def quiet_cli_start():
     except OSError:  # no fd 2 to redirect: nothing to hide
         return
     _state.update(capture=capture, saved=saved)
-    atexit.register(end)
-
-
-def _start_xla():
-    """Compile one tiny XLA program while stderr is captured: XLA logs its
-    start (``XLA service ... initialized``, ``Compiled cluster using
-    XLA!``) through absl once per process, which no environment variable
-    silences, and keras-caffe compiles with XLA on CPUs (the optimizer's
-    update, the Eigen backwards). About 40 ms, only where that will happen."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None:
-        return
-    try:
-        from keras_caffe.kernels import cpu_only
-
-        if cpu_only():
-            tf.function(lambda: tf.constant(1.0) + 1.0, jit_compile=True)()
-    except Exception:  # noqa: BLE001 - a quiet start never stops the command
-        pass
 
 
 def end():
     """Restore stderr; write back the captured lines that are not TensorFlow's."""
     if not _state.get("capture"):
         return
-    _start_xla()
     capture, saved = _state.pop("capture"), _state.pop("saved")
     try:
         sys.stderr.flush()

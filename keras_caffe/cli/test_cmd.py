@@ -9,6 +9,7 @@ layers) and each output averaged over the batches, a loss with its weight
 writes a float (``%g``, 6 digits).
 """
 
+from keras_caffe._cli_quiet import hide_xla_start
 from keras_caffe.cli._registry import (command, data_format_argument, input_shape_argument,
                                        input_shapes, jit, usage)
 
@@ -39,6 +40,7 @@ def run(args):
 
     if args.iterations < 1:
         raise usage(f"--iterations must be >= 1, got {args.iterations}")
+    hide_xla_start()
     scores = score_net(args.model, args.weights, iterations=args.iterations, phase=args.phase,
                        data_format=args.data_format, jit_compile=jit(args.jit),
                        input_shapes=input_shapes(args.input_shape))

@@ -1,5 +1,6 @@
 """``keras-caffe time``: forward and backward time per layer, as ``caffe time``."""
 
+from keras_caffe._cli_quiet import hide_xla_start
 from keras_caffe.cli._registry import (command, data_format_argument, input_shape_argument,
                                        input_shapes, jit, usage)
 
@@ -29,6 +30,7 @@ def run(args):
 
     if args.iterations < 1:
         raise usage(f"--iterations must be >= 1, got {args.iterations}")
+    hide_xla_start()
     report = time_net(args.model, iterations=args.iterations, phase=args.phase,
                       data_format=args.data_format, jit_compile=jit(args.jit),
                       input_shapes=input_shapes(args.input_shape))

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import sys
 
+from keras_caffe._cli_quiet import hide_xla_start
 from keras_caffe.cli._registry import command, data_format_argument, jit, usage
 
 
@@ -171,6 +172,7 @@ def _train(args, lms):
     from keras_caffe.solver import Solver
 
     devices = _train_devices(args)
+    hide_xla_start()
     if distributed.launched():  # started by horovodrun: data-parallel
         try:
             distributed.init()
