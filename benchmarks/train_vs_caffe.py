@@ -218,7 +218,7 @@ def measure(args, nets, caffe, golden, progress=lambda results: None):
                                  f"{engine} log of {name} (iterations {iterations}, display "
                                  f"{display})")
                     results[name][key].append({"round": round_ + 1, "ms": ms, "wall_s": wall})
-                    print(f"  round {round_ + 1} {name:14s} {key:20s} "
+                    print(f"  round {round_ + 1} {name:14s} {key:26s} "
                           f"{statistics.median(ms):9.1f} ms/iter  ({wall:.0f} s in all)",
                           flush=True)
                     progress(results)
