@@ -178,7 +178,9 @@ def _summed(gradients, optimizer, variables, iter_size, jit_compile, reduce):
     """One iteration as ``iter_size`` compiled forward/backward passes whose
     gradients are summed here, ``reduce`` once on the sum, then one compiled
     ``optimizer.apply_summed``. The sum runs in the passes' order, so it
-    equals the optimizer's own accumulation bit for bit."""
+    equals the optimizer's own accumulation bit for bit when the update is
+    not XLA-compiled (``update_jit``; compiled, XLA may fuse the
+    accumulation differently in the two, moving the last bits)."""
     compiled_gradients = tf.function(gradients, jit_compile=jit_compile)
 
     @tf.function(jit_compile=update_jit(jit_compile))
