@@ -21,8 +21,9 @@ the same solver (``max_iter`` and ``display`` set for the run):
 ``python -m keras_caffe train --solver S --log caffe`` with
 ``TF_ENABLE_ONEDNN_OPTS=1`` and ``=0``, and ``=0`` with
 ``KERAS_CAFFE_CPU_TUNING=0`` (TensorFlow's own gradients instead of
-keras-caffe's for MAX pooling, convolutions and large InnerProducts, and the
-update not compiled: what keras-caffe ran on Eigen's kernels before those;
+keras-caffe's for MAX pooling, convolutions and large InnerProducts, the
+update not compiled, TensorFlow's CPU memory not pooled: what keras-caffe ran
+on Eigen's kernels before those;
 ``--configs`` picks columns). Both print Caffe's display line
 ``Iteration N (x iter/s, Ys/D iters), loss = ...`` (Caffe's
 ``Solver::Step``, solver.cpp; keras-caffe's ``caffe_log.py``), timing the

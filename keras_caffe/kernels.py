@@ -31,8 +31,9 @@ def onednn_enabled():
 
 
 #: Set to 0, keras-caffe's CPU tuning is off: layers keep TensorFlow's own
-#: gradients and the optimizer's update is not XLA-compiled (to compare, or
-#: to rule keras-caffe's choices out). Read when a model or step is traced.
+#: gradients, the optimizer's update is not XLA-compiled and TensorFlow's
+#: CPU memory is not pooled (to compare, or to rule keras-caffe's choices
+#: out). Read when a model or step is traced, and by ``pool_cpu_memory``.
 CPU_TUNING = "KERAS_CAFFE_CPU_TUNING"
 
 
@@ -59,6 +60,39 @@ def eigen_cpu():
     variable ``KERAS_CAFFE_CPU_TUNING`` is 0. Asked when a layer is traced,
     so a model built after the variable changes follows it."""
     return not onednn_enabled() and cpu_only()
+
+
+#: TensorFlow's own switch (``ProcessState::GetCPUAllocator``) for a BFC pool
+#: allocator on its CPU device, read once, when the device is created.
+POOLED_CPU_ALLOCATOR = "TF_CPU_ALLOCATOR_USE_BFC"
+
+
+def pool_cpu_memory(lms=False):
+    """Before TensorFlow creates its CPU device: on Eigen's kernels, have it
+    keep freed tensor memory in a pool (``TF_CPU_ALLOCATOR_USE_BFC=true``), as
+    its oneDNN builds already do (their CPU allocator is a BFC pool too).
+    Returns whether the variable was set here. The command line and
+    ``Solver`` call it first thing.
+
+    Without a pool TensorFlow's Eigen CPU device takes every tensor from
+    ``malloc``, and glibc serves blocks over 32 MiB with a fresh ``mmap``
+    each time: page faults and zeroed pages on every write of a large
+    tensor. CaffeNet's fc6 kernel gradient (a 151 MB tensor) took 77-86 ms
+    that way and 18-22 ms pooled, oneDNN's time (TF 2.21, 2-core AMD EPYC);
+    a CaffeNet training iteration 615-690 against 770-810 ms.
+
+    Left alone: a value the user set (either way), oneDNN's kernels (pooled
+    already), ``KERAS_CAFFE_CPU_TUNING=0``, and ``lms``: Large Model
+    Support on the CPU plans for freed activations to go back to the system
+    (``keras_caffe.lms_exec.return_freed_blocks``), which a pool does not do
+    (under a memory ceiling the pool's fragmentation failed
+    tests/test_lms_ceiling.py's step). Without effect once the process has
+    run a TensorFlow op."""
+    if lms or os.environ.get(CPU_TUNING, "").strip() == "0" \
+            or POOLED_CPU_ALLOCATOR in os.environ or onednn_enabled():
+        return False
+    os.environ[POOLED_CPU_ALLOCATOR] = "true"
+    return True
 
 
 def cpu_kernels():

@@ -138,7 +138,10 @@ class Solver:
                  commit_every=None, max_iter=None):
         from keras_caffe.distributed.context import worker
         from keras_caffe.importers.solver import read_solver
+        from keras_caffe.kernels import pool_cpu_memory
 
+        # effective when this is the first TensorFlow work in the process
+        pool_cpu_memory(lms=lms is not None or _lms_current() is not None)
         if log not in _LOGS:
             raise KerasCaffeError(f"Solver: log must be one of {_LOGS}, got {log!r}")
         if distributed not in ("auto", False):

@@ -36,11 +36,22 @@ class DummyData(DataLayer):
         seeds = [ctx.layer_seed(layer, f"fill:{top}") for top in layer.top]
 
         def load(g):
-            return {top: ctx.to_model(fill(filler, shape, tf.stack([tf.constant(s, tf.int64), g])))
+            return {top: _in_layout(fill(filler, shape, tf.stack([tf.constant(s, tf.int64), g]),
+                                         channels_last=True), ctx.data_format)
                     for top, filler, shape, s in zip(layer.top, fillers, shapes, seeds)}
 
         batch = shapes[0][0]
         return Spec(batch, batch, {t: ctx.model_shape(s) for t, s in zip(layer.top, shapes)}, load)
+
+
+def _in_layout(blob, data_format):
+    """A blob filled channels last (``fill``'s ``channels_last``: the cheaper
+    order for the default layout) in the model's layout. Both layouts get the
+    same value at each Caffe position (n, c, h, w)."""
+    rank = blob.shape.rank
+    if data_format == "channels_first" and rank >= 3:
+        return tf.transpose(blob, (0, rank - 1, *range(1, rank - 1)))
+    return blob
 
 
 def _fillers(layer, p, shapes):

@@ -46,7 +46,10 @@ def main(argv=None):
         parser.print_help()
         return 2
     from keras_caffe.errors import KerasCaffeError
+    from keras_caffe.kernels import pool_cpu_memory
 
+    # before any command runs a TensorFlow op (not under --lms: see its docstring)
+    pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
     try:
         return COMMANDS[args.command].run(args) or 0
     except (KerasCaffeError, OSError) as err:

@@ -232,6 +232,35 @@ def test_dummy_data_fillers(tmp_path):
     assert layer_pipeline(legacy).shapes == {"a": (2, 4, 5, 3), "b": (2, 4, 5, 1)}
 
 
+def test_dummy_data_gives_both_layouts_the_same_values():
+    """The fillers draw channels last whatever the layout (no transpose per batch
+    for the default one): each Caffe position (n, c, h, w) gets the same value in
+    both layouts, for the random fillers, a row-normalized one and bilinear."""
+    lay = layer('name: "d" type: "DummyData" top: "g" top: "s" top: "p" top: "b" top: "m" '
+                'dummy_data_param { shape { dim: 3 dim: 4 dim: 5 dim: 6 } '
+                'shape { dim: 2 dim: 3 dim: 7 } shape { dim: 4 dim: 2 dim: 3 dim: 3 } '
+                'shape { dim: 2 dim: 3 dim: 4 dim: 4 } shape { dim: 2 dim: 5 } '
+                'data_filler { type: "gaussian" std: 2 } '
+                'data_filler { type: "gaussian" sparse: 1 } '
+                'data_filler { type: "positive_unitball" } data_filler { type: "bilinear" } '
+                'data_filler { type: "msra" } }')
+    last = take(layer_pipeline(lay, data_format="channels_last"), 2)
+    first = take(layer_pipeline(lay, data_format="channels_first"), 2)
+    for b_last, b_first in zip(last, first):
+        np.testing.assert_array_equal(b_last["g"], b_first["g"].transpose(0, 2, 3, 1))
+        np.testing.assert_array_equal(b_last["s"], b_first["s"].transpose(0, 2, 1))
+        np.testing.assert_array_equal(b_last["p"], b_first["p"].transpose(0, 2, 3, 1))
+        np.testing.assert_array_equal(b_last["b"], b_first["b"].transpose(0, 2, 3, 1))
+        np.testing.assert_array_equal(b_last["m"], b_first["m"])
+    assert b_last["g"].shape == (3, 5, 6, 4) and b_first["g"].shape == (3, 4, 5, 6)
+    assert not np.array_equal(last[0]["g"], last[1]["g"])
+    # sparse 1 of num 2: half of the values kept (Caffe's sparse / num)
+    assert 0.3 < np.mean(first[0]["s"] != 0) < 0.7
+    np.testing.assert_allclose(first[0]["p"].reshape(4, -1).sum(axis=1), np.ones(4), rtol=1e-6)
+    profile = np.float32([0.25, 0.75, 0.75, 0.25])  # f = 2, c = 0.75
+    np.testing.assert_allclose(first[0]["b"][1, 2], np.outer(profile, profile))
+
+
 def test_memory_data_and_input_serve_the_arrays_in_order_wrapping(tmp_path):
     data = np.random.default_rng(1).normal(size=(7, 2, 3, 4)).astype(np.float32)
     memory = layer('name: "m" type: "MemoryData" top: "data" top: "label" transform_param { '
