@@ -14,8 +14,10 @@ input is data). The two alternate, ``--rounds`` times; the table gives the
 median milliseconds per step and TensorFlow's over the own.
 
 On oneDNN's kernels (``TF_ENABLE_ONEDNN_OPTS=1``, TensorFlow's default on
-AVX-512 CPUs) the layers never use the own backward; the script then
-measures what it would do if they did (forced), to show why they don't.
+AVX-512 CPUs) MAX pooling and convolutions of fewer than 8 input channels
+keep oneDNN's backward (``keras_caffe.layers.conv.takes_own_backward``); the
+script then forces the own backward on for every layer, to show both sides
+of that choice.
 """
 
 import argparse
@@ -98,7 +100,8 @@ def main(argv=None):
 
     forced = not eigen_cpu()
     if forced:  # show what the own backward would cost on these kernels
-        conv.eigen_cpu = pooling.eigen_cpu = lambda: os.environ.get("KERAS_CAFFE_CPU_TUNING") != "0"
+        pooling.eigen_cpu = lambda: os.environ.get("KERAS_CAFFE_CPU_TUNING") != "0"
+        conv.takes_own_backward = lambda channels: pooling.eigen_cpu()
     print(f"{cpu_model()}, {os.cpu_count()} logical CPUs; TensorFlow {tf.__version__}, "
           f"{cpu_kernels()} kernels{' (own backward forced on)' if forced else ''}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

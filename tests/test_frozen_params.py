@@ -264,10 +264,11 @@ def test_no_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, f
     """As Caffe's ``layer_need_backward``: the weight gradient is computed
     for learning convolutions only, and the gradient of a convolution's
     input only where a learning layer lies below it. With TensorFlow's
-    gradient kernels (forced: Eigen's CPU kernels take the own backward)."""
+    gradient kernels (forced: Eigen's CPU kernels, and oneDNN's from 8
+    channels, take the own backward)."""
     from keras_caffe.layers import conv
 
-    monkeypatch.setattr(conv, "eigen_cpu", lambda: False)
+    monkeypatch.setattr(conv, "takes_own_backward", lambda channels: False)
     counts = backward_ops(conv_net(frozen))
     assert counts.get("Conv2DBackpropFilter", 0) == filters
     assert counts.get("Conv2DBackpropInput", 0) == inputs
@@ -282,7 +283,7 @@ def test_no_own_backward_work_below_the_lowest_learning_layer(monkeypatch, froze
     input gradients (convolutions) run only where Caffe's would."""
     from keras_caffe.layers import conv
 
-    monkeypatch.setattr(conv, "eigen_cpu", lambda: True)
+    monkeypatch.setattr(conv, "takes_own_backward", lambda channels: True)
     counts = backward_ops(conv_net(frozen), scopes=("conv_filter_gradient", "conv_input_gradient"))
     assert counts.get("Conv2DBackpropFilter", 0) == 0
     assert counts.get("conv_filter_gradient", 0) == filters

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_caffe.kernels import eigen_cpu
+from keras_caffe.kernels import cpu_only, eigen_cpu
 from keras_caffe.layers.base import CaffeBlobs, Fillers, check_data_format, from_nhwc, pair, register, to_nhwc
 
 
@@ -37,11 +37,12 @@ class ConvolutionParameters(Fillers, CaffeBlobs, keras.layers.Layer):
 def own_backward_conv(x, kernel, bias, pad, stride=(1, 1)):
     """``conv(pad(x), kernel, stride) + bias`` for an NHWC ``x``, no dilation,
     ``pad = (ph, pw)`` zeros, ``bias`` None or (M,), with a backward made
-    for TensorFlow's Eigen CPU kernels (no oneDNN), whose
-    gradient kernels are slow: ``Conv2DBackpropFilter`` ran 1.2-3.1x slower
-    than XLA's, ``Conv2DBackpropInput`` up to 2.4x slower than the same sums
-    as a ``Conv2D`` (TF 2.21, 2-core AMD EPYC). ``benchmarks/eigen_backward.py``
-    times the layers both ways.
+    for TensorFlow's CPU kernels, whose gradient kernels are slow: on Eigen's
+    ``Conv2DBackpropFilter`` ran 1.2-3.1x slower than XLA's,
+    ``Conv2DBackpropInput`` up to 2.4x slower than the same sums as a
+    ``Conv2D``; on oneDNN's up to 2.3x and 1.9x (TF 2.21, 2-core AMD EPYC;
+    ``takes_own_backward`` says which layers take it).
+    ``benchmarks/eigen_backward.py`` times the layers both ways.
 
     - The kernel's gradient ``dW[u, v, c, m] = sum_{n,i,j} pad(x)[n, s i+u,
       s j+v, c] dy[n, i, j, m]`` is XLA's (``_filter_gradient``; CaffeNet's
@@ -111,6 +112,30 @@ def own_backward_conv(x, kernel, bias, pad, stride=(1, 1)):
         return forward(x, kernel, bias), backward
 
     return biased_conv(x, kernel, bias)
+
+
+#: On oneDNN's CPU kernels, convolutions with at least this many input
+#: channels per group take ``own_backward_conv`` too (see ``takes_own_backward``).
+ONEDNN_OWN_BACKWARD_CHANNELS = 8
+
+
+def takes_own_backward(channels):
+    """Whether an undilated, non-depthwise convolution with ``channels``
+    input channels per group runs ``own_backward_conv``: on Eigen's CPU
+    kernels always; on oneDNN's (no GPU visible) from
+    ``ONEDNN_OWN_BACKWARD_CHANNELS`` input channels on, where oneDNN's
+    gradient kernels lose to XLA's filter gradient and to the input
+    gradient as a forward convolution (TF 2.21, 2-core AMD EPYC, ms,
+    oneDNN's against the own): CaffeNet's conv3 (batch 16, 256 -> 384,
+    3x3) input gradient 65 against 34, filter gradient 39 against 34;
+    CIFAR-10 quick's conv2 forward + backward 27.2 against 24.1; LeNet's
+    conv2 8.2 against 7.5. A net's first convolution (1 or 3 channels of
+    data) keeps oneDNN's: LeNet's conv1 2.7 against 2.8, CIFAR-10 quick's
+    conv1 11.3 against 13.1. ``KERAS_CAFFE_CPU_TUNING=0`` turns both off;
+    GPUs never take it."""
+    if eigen_cpu():
+        return True
+    return channels >= ONEDNN_OWN_BACKWARD_CHANNELS and cpu_only()
 
 
 def _one_channel_conv_xla(x, kernel, bias, pad):
@@ -203,7 +228,7 @@ class Convolution(ConvolutionParameters):
     def call(self, x):
         x = to_nhwc(x, self.data_format)
         if not self.depthwise and self.dilation == (1, 1) and None not in x.shape[1:] \
-                and eigen_cpu():
+                and takes_own_backward(self.in_channels // self.group):
             kernel = self.blob(self.kernel)
             bias = self.blob(self.bias)
             if self.group == 1:

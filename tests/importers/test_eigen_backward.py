@@ -18,6 +18,7 @@ kernels the process has, against numpy ports of Caffe:
   sums (im2col + GEMM, here in float64) within 1e-5.
 """
 
+import collections
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -43,7 +44,7 @@ def input_net(shape, layer_type, params):
 def own(request, monkeypatch):
     """Force the layers' choice, whatever kernels this process runs."""
     monkeypatch.setattr(pooling, "eigen_cpu", lambda: request.param)
-    monkeypatch.setattr(conv, "eigen_cpu", lambda: request.param)
+    monkeypatch.setattr(conv, "takes_own_backward", lambda channels: request.param)
     return request.param
 
 
@@ -240,9 +241,11 @@ def test_second_order_gradients_go_through_the_own_backward():
 # -- which backward runs ------------------------------------------------------------------
 
 LENET_LIKE = (input_net((4, 1, 16, 16), "Convolution",
-                        "convolution_param { num_output: 4 kernel_size: 5 }")
+                        "convolution_param { num_output: 8 kernel_size: 5 }")
               + '\nlayer { name: "p" type: "Pooling" bottom: "l" top: "p" '
-                'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }')
+                'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }'
+              + '\nlayer { name: "c2" type: "Convolution" bottom: "p" top: "c2" '
+                'convolution_param { num_output: 4 kernel_size: 3 } }')
 
 
 def traced_op_types(model):
@@ -254,7 +257,7 @@ def traced_op_types(model):
         return tape.gradient(loss, [x, *model.trainable_variables])
 
     graph = step.get_concrete_function(tf.TensorSpec((4, 16, 16, 1))).graph
-    return {op.type for op in graph.get_operations()}
+    return collections.Counter(op.type for op in graph.get_operations())
 
 
 def test_eigen_cpu_follows_the_kernels_and_the_switch(monkeypatch):
@@ -264,22 +267,34 @@ def test_eigen_cpu_follows_the_kernels_and_the_switch(monkeypatch):
     assert kernels.eigen_cpu() == (not kernels.onednn_enabled() and no_gpu)
     monkeypatch.setenv(kernels.CPU_TUNING, "0")
     assert kernels.eigen_cpu() is False and kernels.cpu_only() is False
+    assert not conv.takes_own_backward(1) and not conv.takes_own_backward(64)
     monkeypatch.setenv(kernels.CPU_TUNING, "1")
     assert kernels.cpu_only() == no_gpu
+    # Eigen: every convolution; oneDNN: from 8 input channels per group on
+    assert conv.takes_own_backward(1) == kernels.eigen_cpu()
+    assert conv.takes_own_backward(7) == kernels.eigen_cpu()
+    assert conv.takes_own_backward(8) == no_gpu
 
 
 @pytest.mark.parametrize("switch", ["unset", "0"])
 def test_the_gradient_ops_in_the_graph(monkeypatch, switch):
     """Where the own backward is on, the traced gradient has no
-    ``Conv2DBackpropFilter`` and no ``MaxPoolGrad``; with
-    ``KERAS_CAFFE_CPU_TUNING=0`` (or on oneDNN) it has both."""
+    ``Conv2DBackpropFilter`` and no ``MaxPoolGrad`` (they run inside the
+    own backward's XLA calls); on oneDNN's kernels the convolution of 8
+    channels takes the own backward and the one of a 1-channel input keeps
+    oneDNN's, as pooling does; with ``KERAS_CAFFE_CPU_TUNING=0`` every layer
+    keeps TensorFlow's."""
     if switch == "unset":
         monkeypatch.delenv(kernels.CPU_TUNING, raising=False)
     else:
         monkeypatch.setenv(kernels.CPU_TUNING, switch)
     model = import_model(LENET_LIKE)
     types = traced_op_types(model)
-    if kernels.eigen_cpu():
-        assert not types & {"Conv2DBackpropFilter", "MaxPoolGrad"}, types
+    no_gpu = not tf.config.list_logical_devices("GPU")
+    if switch == "0" or not no_gpu:
+        expected = {"Conv2DBackpropFilter": 2, "MaxPoolGrad": 1}
+    elif kernels.eigen_cpu():
+        expected = {"Conv2DBackpropFilter": 0, "MaxPoolGrad": 0}
     else:
-        assert {"Conv2DBackpropFilter", "MaxPoolGrad"} <= types, types
+        expected = {"Conv2DBackpropFilter": 1, "MaxPoolGrad": 1}
+    assert {k: types[k] for k in expected} == expected, types
