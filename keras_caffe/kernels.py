@@ -79,7 +79,7 @@ def pool_cpu_memory(lms=False):
     each time: page faults and zeroed pages on every write of a large
     tensor. CaffeNet's fc6 kernel gradient (a 151 MB tensor) took 77-86 ms
     that way and 18-22 ms pooled, oneDNN's time (TF 2.21, 2-core AMD EPYC);
-    a CaffeNet training iteration 615-690 against 770-810 ms.
+    a CaffeNet training iteration 612-698 against 745-849 ms.
 
     Left alone: a value the user set (either way), oneDNN's kernels (pooled
     already), ``KERAS_CAFFE_CPU_TUNING=0``, and ``lms``: Large Model

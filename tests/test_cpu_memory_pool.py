@@ -4,7 +4,9 @@ line and ``Solver`` have TensorFlow pool its CPU memory (its own
 ``KERAS_CAFFE_CPU_TUNING=0`` or a value the user set. Each case runs in a
 fresh process (TensorFlow reads the variable once, when it creates the CPU
 device), and checks what TensorFlow did, not only the variable: a pooled CPU
-device reports allocator statistics, malloc's does not."""
+device reports allocator statistics, malloc's does not. Each child names
+its kernels (``TF_ENABLE_ONEDNN_OPTS``), so one pass of the suite covers
+both families."""
 
 import json
 import os
@@ -14,8 +16,6 @@ import sys
 import pytest
 
 from support import GOLDEN
-
-pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
 
 VAR = "TF_CPU_ALLOCATOR_USE_BFC"
 REPORT = """
