@@ -3,8 +3,8 @@ gradient kernels, layer by layer, on Eigen's CPU kernels.
 
     TF_ENABLE_ONEDNN_OPTS=0 python benchmarks/eigen_backward.py [--rounds 7]
 
-For each layer of LeNet (batch 64) and CIFAR-10 quick (batch 100) that the
-own backward covers, two one-layer models are built from the same Caffe
+For each layer of LeNet (batch 64), CIFAR-10 quick (batch 100) and CaffeNet
+(batch 16; its first layers of each kind) that the own backward covers, two one-layer models are built from the same Caffe
 layer: one traced with the own backward (``keras_caffe.kernels.eigen_cpu``
 true), one with ``KERAS_CAFFE_CPU_TUNING=0`` (TensorFlow's
 ``MaxPoolGrad``, ``Conv2DBackpropFilter``, ``Conv2DBackpropInput``). Each
@@ -41,6 +41,13 @@ LAYERS = [  # (label, input (N, C, H, W), type, parameters, input needs a gradie
      "num_output: 32 kernel_size: 5 pad: 2", True),
     ("CIFAR-10 quick conv3", (100, 32, 8, 8), "Convolution",
      "num_output: 64 kernel_size: 5 pad: 2", True),
+    ("CaffeNet conv1", (16, 3, 227, 227), "Convolution",
+     "num_output: 96 kernel_size: 11 stride: 4", False),
+    ("CaffeNet pool1", (16, 96, 55, 55), "Pooling", "pool: MAX kernel_size: 3 stride: 2", True),
+    ("CaffeNet conv2", (16, 96, 27, 27), "Convolution",
+     "num_output: 256 pad: 2 kernel_size: 5 group: 2", True),
+    ("CaffeNet conv3", (16, 256, 13, 13), "Convolution",
+     "num_output: 384 pad: 1 kernel_size: 3", True),
 ]
 
 
@@ -90,6 +97,7 @@ def time_it(fn, count):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layers", help="comma-separated substrings of the layer labels to run")
     parser.add_argument("--steps", type=int, default=20, help="steps per timing")
     args = parser.parse_args(argv)
     import tensorflow as tf
@@ -108,6 +116,8 @@ def main(argv=None):
     print("ms per forward + backward step, median of the rounds (min-max)")
     print(f"{'layer':22s} {'input NCHW':>18s} {'TensorFlow':>18s} {'keras-caffe':>18s} {'TF / own':>9s}")
     for label, shape, layer_type, params, input_gradient in LAYERS:
+        if args.layers and not any(part in label for part in args.layers.split(",")):
+            continue
         theirs = step_function(tf, shape, layer_type, params, input_gradient, True)
         ours = step_function(tf, shape, layer_type, params, input_gradient, False)
         times = {"tf": [], "own": []}
