@@ -67,12 +67,16 @@ def eigen_cpu():
 POOLED_CPU_ALLOCATOR = "TF_CPU_ALLOCATOR_USE_BFC"
 
 
-def pool_cpu_memory(lms=False):
+def pool_cpu_memory(lms=False, start=False):
     """Before TensorFlow creates its CPU device: on Eigen's kernels, have it
     keep freed tensor memory in a pool (``TF_CPU_ALLOCATOR_USE_BFC=true``), as
     its oneDNN builds already do (their CPU allocator is a BFC pool too).
     Returns whether the variable was set here. The command line and
-    ``Solver`` call it first thing.
+    ``Solver`` call it first thing. With ``start``, TensorFlow's devices are
+    created at once and the variable is taken out of the environment again,
+    so child processes (LMS's among them) make their own choice; the
+    command line cannot start them here (``--cpu-devices`` splits the CPU
+    first) and takes the variable out when its command returns.
 
     Without a pool TensorFlow's Eigen CPU device takes every tensor from
     ``malloc``, and glibc serves blocks over 32 MiB with a fresh ``mmap``
@@ -92,6 +96,11 @@ def pool_cpu_memory(lms=False):
             or POOLED_CPU_ALLOCATOR in os.environ or onednn_enabled():
         return False
     os.environ[POOLED_CPU_ALLOCATOR] = "true"
+    if start:
+        import tensorflow as tf
+
+        tf.config.list_logical_devices("CPU")  # creates the CPU device, which reads it
+        del os.environ[POOLED_CPU_ALLOCATOR]
     return True
 
 

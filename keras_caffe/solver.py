@@ -141,7 +141,7 @@ class Solver:
         from keras_caffe.kernels import pool_cpu_memory
 
         # effective when this is the first TensorFlow work in the process
-        pool_cpu_memory(lms=lms is not None or _lms_current() is not None)
+        pool_cpu_memory(lms=lms is not None or _lms_current() is not None, start=True)
         if log not in _LOGS:
             raise KerasCaffeError(f"Solver: log must be one of {_LOGS}, got {log!r}")
         if distributed not in ("auto", False):

@@ -24,6 +24,7 @@ TensorFlow's log lines are hidden unless ``--verbose`` (``keras_caffe._cli_quiet
 """
 
 import argparse
+import os
 import sys
 
 from keras_caffe import _cli_quiet
@@ -46,10 +47,10 @@ def main(argv=None):
         parser.print_help()
         return 2
     from keras_caffe.errors import KerasCaffeError
-    from keras_caffe.kernels import pool_cpu_memory
+    from keras_caffe.kernels import POOLED_CPU_ALLOCATOR, pool_cpu_memory
 
     # before any command runs a TensorFlow op (not under --lms: see its docstring)
-    pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
+    pooled = pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
     try:
         return COMMANDS[args.command].run(args) or 0
     except (KerasCaffeError, OSError) as err:
@@ -60,6 +61,9 @@ def main(argv=None):
             message = cli_wording(message)
         print(f"keras-caffe: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        if pooled:  # TensorFlow read it; what runs after main chooses for itself
+            os.environ.pop(POOLED_CPU_ALLOCATOR, None)
 
 
 def _parser():
