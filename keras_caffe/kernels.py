@@ -37,6 +37,11 @@ def onednn_enabled():
 CPU_TUNING = "KERAS_CAFFE_CPU_TUNING"
 
 
+def tuning_off():
+    """True when ``KERAS_CAFFE_CPU_TUNING`` is 0."""
+    return os.environ.get(CPU_TUNING, "").strip() == "0"
+
+
 def cpu_only():
     """True when no GPU is visible (so everything runs on CPU kernels,
     oneDNN's or Eigen's) and ``KERAS_CAFFE_CPU_TUNING`` is not 0: then what
@@ -44,7 +49,7 @@ def cpu_only():
     large InnerProduct's input gradient,
     ``keras_caffe.layers.dense.large_kernel_matmul``; the optimizer update
     as one XLA program, ``keras_caffe.net_step``)."""
-    if os.environ.get(CPU_TUNING, "").strip() == "0":
+    if tuning_off():
         return False
     import tensorflow as tf
 
@@ -92,8 +97,7 @@ def pool_cpu_memory(lms=False, start=False):
     (under a memory ceiling the pool's fragmentation failed
     tests/test_lms_ceiling.py's step). Without effect once the process has
     run a TensorFlow op."""
-    if lms or os.environ.get(CPU_TUNING, "").strip() == "0" \
-            or POOLED_CPU_ALLOCATOR in os.environ or onednn_enabled():
+    if lms or tuning_off() or POOLED_CPU_ALLOCATOR in os.environ or onednn_enabled():
         return False
     os.environ[POOLED_CPU_ALLOCATOR] = "true"
     if start:
