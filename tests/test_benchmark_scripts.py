@@ -2,9 +2,11 @@
 recorded with BVLC Caffe) and on ``keras-caffe train --log caffe``'s: the
 benchmark reads both engines' speed from the same display lines, so both
 must keep printing them. The benchmark itself (which runs Caffe) is never run
-here."""
+here. And benchmarks/matmul_rate.py's arithmetic, table and worker (numpy only,
+at tiny sizes)."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -152,3 +154,38 @@ def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys)
     assert "k-c no oneDNN, untuned" in out[1] and "no oneDNN / Caffe" in out[1]
     assert "oneDNN / Caffe" not in out[1].replace("no oneDNN / Caffe", "")
     assert out[2].startswith("LeNet, batch 64") and out[2].rstrip().endswith("0.80x")
+
+
+# -- benchmarks/matmul_rate.py: the matrix-product ceiling -----------------------------
+
+
+@pytest.fixture(scope="module")
+def matmul_rate():
+    path = SCRIPT.parent / "matmul_rate.py"
+    spec = importlib.util.spec_from_file_location("matmul_rate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_matmul_rate_counts_two_n_cubed_operations(matmul_rate):
+    assert matmul_rate.gflops(1000, 0.5) == pytest.approx(4.0)
+    assert matmul_rate.gflops(2048, 1.0) == pytest.approx(2 * 2048 ** 3 / 1e9)
+
+
+def test_matmul_rate_table_divides_by_openblas_better_thread_count(matmul_rate):
+    results = {"tf_onednn": {"64": 30.0}, "tf_eigen": {"64": 12.0},
+               "openblas_1": {"64": 20.0}, "openblas_2": {"64": 24.0}}
+    head, row = matmul_rate.table(results, [64])
+    assert head.split() == ["n", "TF", "oneDNN", "TF", "Eigen", "OpenBLAS", "1", "thr",
+                            "OpenBLAS", "2", "thr", "oneDNN", "/", "OpenBLAS", "Eigen", "/",
+                            "OpenBLAS"]
+    assert row.split() == ["64", "30.0", "12.0", "20.0", "24.0", "1.25x", "0.50x"]
+
+
+def test_matmul_rate_worker_prints_one_rate_per_size(matmul_rate, capsys):
+    matmul_rate.main(["--worker", "numpy", "--sizes", "8,16", "--repeats", "2"])
+    rates = json.loads(capsys.readouterr().out)
+    assert sorted(rates) == ["16", "8"]
+    assert all(rate > 0 for rate in rates.values())
+    assert len(matmul_rate.time_products("numpy", 8, 3)) == 3
