@@ -104,8 +104,11 @@ def main(argv=None):
                              env=env, capture_output=True, text=True, check=True)
         results[key] = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{heading}: done", file=sys.stderr)
-    print(f"load average {os.getloadavg()[0]:.2f}; logical CPUs {os.cpu_count()}; "
-          f"best of {args.repeats} products, GFLOP/s")
+    from train_vs_caffe import cpu_info  # the sibling script (its folder is on sys.path)
+
+    model, flags, cpus = cpu_info()
+    print(f"{model}; {', '.join(flags) or 'no SIMD flags read'}; {cpus} logical CPUs; "
+          f"load average {os.getloadavg()[0]:.2f}; best of {args.repeats} products, GFLOP/s")
     print("\n".join(table(results, sizes)))
     return None
 

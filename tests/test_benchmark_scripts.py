@@ -17,12 +17,17 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_vs_caffe.py"
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("train_vs_caffe", SCRIPT)
+def load_script(path):
+    """A benchmarks/ script as a module (they are not installed)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script(SCRIPT)
 
 
 #: An excerpt of `python -m keras_caffe train --solver lenet_solver.prototxt --log caffe`
@@ -161,11 +166,7 @@ def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys)
 
 @pytest.fixture(scope="module")
 def matmul_rate():
-    path = SCRIPT.parent / "matmul_rate.py"
-    spec = importlib.util.spec_from_file_location("matmul_rate", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT.parent / "matmul_rate.py")
 
 
 def test_matmul_rate_counts_two_n_cubed_operations(matmul_rate):
