@@ -108,6 +108,9 @@ PYTEST = KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(TEST_HOROVO
 # SUITE_KERNELS=other (test-compat) runs the suite with the other family.
 SUITE_KERNELS ?= default
 SUITE_ARGS ?=
+# KERNELS_AGAIN=0: no second pass of the `kernels` tests (.ci/run, whose
+# test-compat runs every test with the other family anyway).
+KERNELS_AGAIN ?= 1
 
 test: $(TEST_DEPS) install
 ifeq ($(SUITE_KERNELS),other)
@@ -117,17 +120,22 @@ ifeq ($(SUITE_KERNELS),other)
 else
 	@echo "== the suite with TensorFlow's default CPU kernels here: $$($(KERNELS))"
 	$(PYTEST) $(SUITE_ARGS)
+ifeq ($(KERNELS_AGAIN),1)
 	@other=$$($(OTHER_ONEDNN)); \
 	echo "== the kernel-sensitive tests again with the other CPU kernels: TF_ENABLE_ONEDNN_OPTS=$$other"; \
 	TF_ENABLE_ONEDNN_OPTS=$$other $(PYTEST) -m kernels
+endif
 endif
 
 # The oldest TensorFlow setup.cfg allows (2.16: protobuf 4, NumPy 1), with
 # Horovod built by the same command: the whole suite with the CPU kernels
 # TensorFlow does not pick here, so that with `make test` every test runs
-# under both families. Less YellowFin's no-tuning experiment (marker `slow`,
-# 4-5 minutes of training whose claim is about the algorithm, not the
-# TensorFlow version), which `make test` runs.
+# under both families. Less the tests marked `slow`, which `make test` runs:
+# YellowFin's no-tuning experiment (minutes of training; its claim is about
+# the algorithm, not the TensorFlow version) and tests that start a process
+# per case for what one TensorFlow shows as well as another (the SIGKILL
+# points of a snapshot write, two elastic and one iter_size Horovod run whose
+# machinery the compat suite runs in other tests).
 test-compat:
 	$(MAKE) --no-print-directory test VENV=$(TF_FLOOR_VENV) TF_SPEC="$(TF_FLOOR_SPEC)" \
 		SUITE_KERNELS=other SUITE_ARGS='-m "not slow"'

@@ -81,6 +81,7 @@ def uninterrupted(tmp_path_factory):
     return solver_weights(_case(tmp_path_factory.mktemp("whole")), 20)
 
 
+@pytest.mark.slow  # a process per kill point; the writes are the project's own, on any TensorFlow
 @pytest.mark.parametrize("fmt, kill_at", CASES)
 def test_sigkill_during_a_snapshot_write(fmt, kill_at, tmp_path, monkeypatch, uninterrupted):
     folder = _case(tmp_path)

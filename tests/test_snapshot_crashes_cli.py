@@ -70,6 +70,7 @@ def _kill_at_temporary_file(proc, folder, nth):
     return seen
 
 
+@pytest.mark.slow  # a process per kill point; the writes are the project's own, on any TensorFlow
 @pytest.mark.parametrize("fmt, nth", CASES)
 def test_sigkill_of_keras_caffe_train_while_it_writes_a_snapshot(fmt, nth, tmp_path, monkeypatch,
                                                                  uninterrupted):

@@ -104,6 +104,7 @@ def same_caffemodels(a, b):
             np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow  # the fit tests run the same state sync on every TensorFlow
 def test_solver_survives_a_killed_worker(lenet):
     """``keras-caffe train --elastic --commit-every 10``: rank 1 dies at the
     chunk starting at iteration 16; rank 0 goes back to iteration 10 and
@@ -134,6 +135,7 @@ def test_solver_survives_a_killed_worker(lenet):
                      resumed / "snap" / "lenet_iter_20.caffemodel")
 
 
+@pytest.mark.slow  # the fit tests run the same state sync on every TensorFlow
 def test_solver_takes_in_a_new_worker_with_rank_0s_state(lenet):
     """One worker; at the commit of iteration 10 a second host appears and
     its worker joins with rank 0's state; the run ends equal to one process

@@ -117,6 +117,7 @@ def test_xla_train_step_runs_the_all_reduce_outside_the_compiled_region(lenet):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # test_fit's iter_size test runs that reduce on every TensorFlow
 def test_iter_size_two_workers_train_like_one_with_four_times_the_batch(lenet):
     """np=2 x iter_size 2 x batch 32: each worker sums its two passes and
     all-reduces that sum once per iteration. It equals np=1 x iter_size 4 x

@@ -10,6 +10,7 @@ Keras layers), in both data formats, and a finite forward pass.
 
 import ast
 import dataclasses
+import functools
 from pathlib import Path
 
 import keras
@@ -26,8 +27,10 @@ HERE = Path(__file__).parent
 DATA_FORMATS = ("channels_last", "channels_first")
 
 
+@functools.cache
 def _tested_types():
-    """Layer types named by @pytest.mark.converter(...) in tests/importers/."""
+    """Layer types named by @pytest.mark.converter(...) in tests/importers/
+    (parsed once: every registered type asks)."""
     types = set()
     for path in HERE.glob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
