@@ -43,11 +43,3 @@ def _fresh_keras_state():
     yield
     keras.mixed_precision.set_dtype_policy("float32")
 
-
-def pytest_collection_modifyitems(items):
-    """Files with tests marked ``slow`` (minutes each) run first, whole, in
-    their own order: with ``make test``'s two pytest-xdist workers taking
-    whole files, a long file started last would leave one worker alone at
-    the end."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: order kept within each group
