@@ -42,4 +42,3 @@ def _fresh_keras_state():
     keras.backend.clear_session(free_memory=False)
     yield
     keras.mixed_precision.set_dtype_policy("float32")
-
