@@ -29,7 +29,7 @@ HOROVOD_SDIST = $(HOROVOD_CACHE)/horovod-0.28.1.tar.gz
 BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test test-compat bench bench-horovod proto clean
+.PHONY: install demo test test-compat test-durations bench bench-horovod proto clean
 
 # A fresh Debian needs python3-venv for `python3 -m venv`.
 $(BIN)/python:
@@ -105,10 +105,12 @@ OTHER_ONEDNN = [ "$$($(KERNELS))" = oneDNN ] && echo 0 || echo 1
 # fixtures and caches stay in one process). Two: much of the suite waits on
 # one core for a child process to import TensorFlow (4 files on a 2-core
 # machine: 387 s in one process, 243 s in two); 0: one process, as plain
-# pytest.
+# pytest. The workers take files in collection order, which conftest.py
+# makes longest first from tests/durations.json (make test-durations).
 TEST_WORKERS ?= 2
 PYTEST = KERAS_CAFFE_EXPECT_INSTALLED=1 KERAS_CAFFE_EXPECT_HOROVOD=$(TEST_HOROVOD) \
-	KERAS_CAFFE_HOROVOD_SDIST=$(HOROVOD_SDIST) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	KERAS_CAFFE_HOROVOD_SDIST=$(HOROVOD_SDIST) $(BIN)/pytest -n $(TEST_WORKERS) \
+	--dist loadfile --no-loadscope-reorder
 # test: TensorFlow's default kernels, then the kernel-sensitive tests (marker
 # `kernels`: convolution family, LMS, golden parity) with the other family.
 # SUITE_KERNELS=other (test-compat) runs the suite with the other family.
@@ -145,6 +147,12 @@ endif
 test-compat:
 	$(MAKE) --no-print-directory test VENV=$(TF_FLOOR_VENV) TF_SPEC="$(TF_FLOOR_SPEC)" \
 		SUITE_KERNELS=other SUITE_ARGS='-m "not slow"'
+
+# make test, recording each file's seconds into tests/durations.json (commit
+# it): the suite's files run longest first, so that no long file is left
+# to one worker at the end.
+test-durations:
+	KERAS_CAFFE_RECORD_DURATIONS=1 $(MAKE) --no-print-directory test KERNELS_AGAIN=0
 
 bench: install
 	$(BIN)/python benchmarks/optimizer_step.py
