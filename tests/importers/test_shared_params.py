@@ -88,7 +88,6 @@ def test_towers_hold_one_copy_of_each_blob():
 
 @pytest.mark.parametrize("solver", list(HYPER))
 def test_shared_towers_train_as_one_tower_twice_with_summed_gradients(solver):
-    keras.utils.set_random_seed(0)  # the fillers' draw, whichever tests ran before in this process
     model = siamese()
     hp = HYPER[solver]
     kwargs = {k: v for k, v in hp.items() if k in getattr(keras_caffe, solver).solver_fields}
