@@ -4,6 +4,7 @@ live in support.py."""
 import json
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import keras
@@ -68,9 +69,7 @@ def pytest_collection_modifyitems(items):
     one worker alone at the end. Lengths are those recorded in
     ``durations.json``; a file not there counts a second per test."""
     recorded = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
-    tests = {}
-    for item in items:
-        tests[_file_of(item.nodeid)] = tests.get(_file_of(item.nodeid), 0) + 1
+    tests = Counter(_file_of(item.nodeid) for item in items)
     seconds = {name: recorded.get(name, float(count)) for name, count in tests.items()}
     items.sort(key=lambda item: -seconds[_file_of(item.nodeid)])  # stable: files stay whole
 
