@@ -9,6 +9,7 @@ from pathlib import Path
 
 import keras
 import pytest
+from keras_caffe.importers.atomic import atomic_output
 
 from support import GOLDEN
 
@@ -62,13 +63,17 @@ def _file_of(nodeid):
     return nodeid.split("::", 1)[0]
 
 
+def _recorded():
+    return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+
+
 def pytest_collection_modifyitems(items):
     """The longest files first, each whole and in its own order: ``make
     test``'s pytest-xdist workers take whole files in collection order
     (``--no-loadscope-reorder``), so a long file started last would leave
     one worker alone at the end. Lengths are those recorded in
     ``durations.json``; a file not there counts a second per test."""
-    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    recorded = _recorded()
     tests = Counter(_file_of(item.nodeid) for item in items)
     seconds = {name: recorded.get(name, float(count)) for name, count in tests.items()}
     items.sort(key=lambda item: -seconds[_file_of(item.nodeid)])  # stable: files stay whole
@@ -77,7 +82,7 @@ def pytest_collection_modifyitems(items):
 class _DurationRecorder:
     """Sums each file's setup, call and teardown times over a run and merges
     them into ``durations.json`` (files that did not run keep their
-    figures), through a temporary file and a rename."""
+    figures), written atomically (``atomic_output``)."""
 
     def __init__(self):
         self.seconds = {}
@@ -87,11 +92,10 @@ class _DurationRecorder:
         self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
 
     def pytest_sessionfinish(self):
-        merged = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+        merged = _recorded()
         merged.update({name: round(value, 1) for name, value in self.seconds.items()})
-        partial = DURATIONS.with_suffix(".json.tmp")
-        partial.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
-        partial.replace(DURATIONS)
+        with atomic_output(DURATIONS) as tmp:
+            Path(tmp).write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
 def pytest_configure(config):
