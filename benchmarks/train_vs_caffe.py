@@ -3,7 +3,7 @@
     python benchmarks/train_vs_caffe.py [--caffe PATH] [--rounds 2] [--nets lenet,cifar10_quick,caffenet]
                                         [--configs caffe_1,...] [--iterations N]
                                         [--json results.json] [--logs DIR]
-    python benchmarks/train_vs_caffe.py --from-logs DIR    # the table of a run's kept logs
+    python benchmarks/train_vs_caffe.py --from-logs DIR [--cpus N]   # the tables of a run's kept logs
 
 Without ``--caffe`` it builds BVLC Caffe (CPU, OpenBLAS) once with
 ``benchmarks/build_caffe.sh`` into ``~/.cache/keras-caffe/caffe-<commit>/`` and
@@ -35,6 +35,15 @@ the range of the rounds' medians. The machine is shared and noisy: the load
 average is printed before and after. ``--json`` is rewritten after every
 process (``"complete": false`` until the table is in), so an interrupted run
 keeps what it measured.
+
+Each process's CPU time (user + system, all its threads, from
+``/proc/PID/stat``) is read as each display line arrives, and written into
+its log as a line ``train_vs_caffe cpu: iteration N cpu_s S``. Over the same
+steady windows that gives the core-milliseconds per iteration, and divided
+by the wall time, how many cores each program kept busy: the second table.
+On a machine with ``c`` cores, a program is at most ``c x`` Caffe's
+single-threaded speed unless it does less work per iteration than Caffe's
+one core does, so this table says why a ratio stops where it does.
 """
 
 import argparse
@@ -85,6 +94,9 @@ CONFIGS = {
                                   "k-c no oneDNN, untuned"),
 }
 
+#: The line ``run_one`` adds to a log after each display line: the process's CPU seconds then.
+CPU_LINE = re.compile(r"^train_vs_caffe cpu: iteration (\d+) cpu_s ([-+.\deE]+)$", re.M)
+
 #: The columns whose speed over Caffe's best thread count the table gives.
 RATIOS = {"keras_caffe_onednn": "oneDNN / Caffe", "keras_caffe_eigen": "no oneDNN / Caffe"}
 
@@ -107,6 +119,31 @@ def steady_windows(text):
 def ms_per_iteration(text):
     """Milliseconds per iteration of each steady window (1000 / the printed rate)."""
     return [1e3 / rate for _, rate, _, _ in steady_windows(text)]
+
+
+def cpu_marks(text):
+    """``{iteration: CPU seconds}`` from the lines ``run_one`` added to a log."""
+    return {int(it): float(seconds) for it, seconds in CPU_LINE.findall(text)}
+
+
+def cpu_ms_per_iteration(text):
+    """CPU milliseconds (all threads) per iteration of each steady window whose
+    start and end both have a CPU mark: ``(cpu[N] - cpu[N - display]) / display``."""
+    marks = cpu_marks(text)
+    return [1e3 * (marks[it] - marks[it - display]) / display
+            for it, _, _, display in steady_windows(text)
+            if it in marks and it - display in marks]
+
+
+def process_cpu_seconds(pid, proc="/proc"):
+    """User plus system CPU seconds of process ``pid`` and all its threads, from
+    ``/proc/PID/stat`` (fields 14 and 15, in clock ticks); None where unreadable."""
+    try:
+        stat = (Path(proc) / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- the machine -----------------------------------------------------------------------
@@ -179,17 +216,29 @@ def command_for(engine, solver, caffe, python):
 
 
 def run_one(engine, env_vars, solver, caffe, python, workdir):
-    """One training process; returns (its log text, wall seconds)."""
+    """One training process; returns (its log text, wall seconds). After each
+    display line the text has the process's CPU seconds at that moment
+    (``CPU_LINE``), read as the line arrives."""
     env = dict(os.environ, GLOG_logtostderr="1", TF_CPP_MIN_LOG_LEVEL="2", **env_vars)
     start = time.perf_counter()
-    done = subprocess.run(command_for(engine, solver, caffe, python), cwd=workdir, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    with subprocess.Popen(command_for(engine, solver, caffe, python), cwd=workdir, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            lines.append(line)
+            found = RATE_LINE.search(line)
+            seconds = process_cpu_seconds(proc.pid) if found else None
+            if seconds is not None:
+                lines.append(f"train_vs_caffe cpu: iteration {found.group(1)} "
+                             f"cpu_s {seconds:.3f}\n")
+        returncode = proc.wait()
     wall = time.perf_counter() - start
-    if done.returncode != 0:
-        tail = "\n".join(done.stdout.splitlines()[-15:])
+    text = "".join(lines)
+    if returncode != 0:
+        tail = "\n".join(text.splitlines()[-15:])
         sys.exit(f"train_vs_caffe: {engine} train -solver {solver} exited with "
-                 f"{done.returncode}:\n{tail}")
-    return done.stdout, wall
+                 f"{returncode}:\n{tail}")
+    return text, wall
 
 
 def save_log(logs, name, text):
@@ -218,7 +267,8 @@ def measure(args, nets, caffe, golden, progress=lambda results: None):
                         sys.exit(f"train_vs_caffe: no display windows after start-up in the "
                                  f"{engine} log of {name} (iterations {iterations}, display "
                                  f"{display})")
-                    results[name][key].append({"round": round_ + 1, "ms": ms, "wall_s": wall})
+                    results[name][key].append({"round": round_ + 1, "ms": ms, "wall_s": wall,
+                                               "cpu_ms": cpu_ms_per_iteration(text)})
                     print(f"  round {round_ + 1} {name:14s} {key:26s} "
                           f"{statistics.median(ms):9.1f} ms/iter  ({wall:.0f} s in all)",
                           flush=True)
@@ -233,11 +283,12 @@ def results_from_logs(logs):
     keys = "|".join(sorted(CONFIGS, key=len, reverse=True))
     for path in sorted(Path(logs).glob("*_round*.log")):
         found = re.fullmatch(rf"(\w+?)_({keys})_round(\d+)\.log", path.name)
-        ms = ms_per_iteration(path.read_text()) if found else []
+        text = path.read_text() if found else ""
+        ms = ms_per_iteration(text)
         if ms:
             net, key, round_ = found.group(1), found.group(2), int(found.group(3))
             results.setdefault(net, {}).setdefault(key, []).append(
-                {"round": round_, "ms": ms, "wall_s": None})
+                {"round": round_, "ms": ms, "wall_s": None, "cpu_ms": cpu_ms_per_iteration(text)})
     # a net counts when it has Caffe and at least one keras-caffe column
     return {net: {key: by_config[key] for key in CONFIGS if key in by_config}
             for net, by_config in results.items()
@@ -254,19 +305,34 @@ def summary(runs):
     return statistics.median(every), min(per_round), max(per_round)
 
 
-def rows(results):
+def rows(results, cpus=None):
     """One row per net: each column's summary, and the speed of keras-caffe with
     oneDNN on and off over Caffe's best thread count (``speed_vs_caffe_best``,
-    by column; the Caffe columns must be there)."""
+    by column; the Caffe columns must be there).
+
+    Where the runs have CPU marks: each column's median CPU milliseconds per
+    iteration (``cpu_ms_per_iter``), that over its median wall milliseconds
+    (``cores_busy``), and, given the machine's ``cpus``, the speed over
+    Caffe's best that keras-caffe's CPU time would give spread perfectly over
+    all of them (``speed_if_all_cores_busy``: Caffe's ms x cpus / the CPU ms)."""
     out = []
     for name, by_config in results.items():
         cells = {key: summary(runs) for key, runs in by_config.items()}
         caffe_best = min(cells["caffe_1"][0], cells["caffe_2"][0])
-        out.append({"net": name, "label": NETS[name].label,
-                    "ms_per_iter": {key: cell[0] for key, cell in cells.items()},
-                    "round_range": {key: [cell[1], cell[2]] for key, cell in cells.items()},
-                    "speed_vs_caffe_best": {key: caffe_best / cells[key][0]
-                                            for key in RATIOS if key in cells}})
+        cpu = {key: statistics.median(every) for key, runs in by_config.items()
+               if (every := [ms for run in runs for ms in run.get("cpu_ms") or []])}
+        row = {"net": name, "label": NETS[name].label,
+               "ms_per_iter": {key: cell[0] for key, cell in cells.items()},
+               "round_range": {key: [cell[1], cell[2]] for key, cell in cells.items()},
+               "speed_vs_caffe_best": {key: caffe_best / cells[key][0]
+                                       for key in RATIOS if key in cells}}
+        if cpu:
+            row["cpu_ms_per_iter"] = cpu
+            row["cores_busy"] = {key: ms / cells[key][0] for key, ms in cpu.items()}
+            if cpus:
+                row["speed_if_all_cores_busy"] = {key: caffe_best * cpus / cpu[key]
+                                                  for key in RATIOS if key in cpu}
+        out.append(row)
     return out
 
 
@@ -287,10 +353,34 @@ def print_table(table):
             speed = row["speed_vs_caffe_best"].get(key)
             cells.append("-" if speed is None else f"{speed:.2f}x")
         lines.append(cells)
-    widths = [max(len(r[i]) for r in [headings] + lines) for i in range(len(headings))]
     print("ms per training iteration, median (range of the rounds' medians); lower is better;"
           " speed: Caffe's best thread count's ms over keras-caffe's")
-    for cells in [headings] + lines:
+    print_aligned([headings] + lines)
+    with_cpu = [row for row in table if "cpu_ms_per_iter" in row]
+    if not with_cpu:
+        return
+    ceilings = [key for key in RATIOS
+                if any(key in row.get("speed_if_all_cores_busy", {}) for row in with_cpu)]
+    headings = (["net"] + [CONFIGS[key][2] for key in columns]
+                + [RATIOS[key] + ", all cores busy" for key in ceilings])
+    lines = []
+    for row in with_cpu:
+        cells = [row["label"]]
+        for key in columns:
+            ms = row["cpu_ms_per_iter"].get(key)
+            cells.append("-" if ms is None else f"{ms:.1f} ({row['cores_busy'][key]:.2f})")
+        for key in ceilings:
+            speed = row.get("speed_if_all_cores_busy", {}).get(key)
+            cells.append("-" if speed is None else f"{speed:.2f}x")
+        lines.append(cells)
+    print("CPU ms per training iteration, all threads, median (cores kept busy: CPU over wall);"
+          " all cores busy: the speed if that CPU time ran on every core at once")
+    print_aligned([headings] + lines)
+
+
+def print_aligned(lines):
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    for cells in lines:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                         for i, (c, w) in enumerate(zip(cells, widths))))
 
@@ -326,6 +416,9 @@ def parse_args(argv=None):
     parser.add_argument("--logs", help="keep every process's log in this directory")
     parser.add_argument("--from-logs", metavar="DIR",
                         help="run nothing: print the table of the logs an earlier --logs kept")
+    parser.add_argument("--cpus", type=int, default=os.cpu_count(),
+                        help="logical CPUs of the machine the logs come from, for the all "
+                             "cores busy column of --from-logs (default: this machine's)")
     args = parser.parse_args(argv)
     nets = [n.strip() for n in args.nets.split(",") if n.strip()]
     unknown = [n for n in nets if n not in NETS]
@@ -350,7 +443,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args, nets = parse_args(argv)
     if args.from_logs:
-        print_table(rows(results_from_logs(args.from_logs)))
+        print_table(rows(results_from_logs(args.from_logs), args.cpus))
         return
     caffe = caffe_binary(args)
     model, flags, cpus = cpu_info()
@@ -371,7 +464,7 @@ def main(argv=None):
 
     results = measure(args, nets, caffe, Path(args.golden), partial)
     machine["load_after"] = os.getloadavg()
-    table = rows(results)
+    table = rows(results, cpus)
     print_table(table)
     print("load average after: " + " ".join(f"{x:.2f}" for x in machine["load_after"]))
     if args.json:

@@ -8,6 +8,7 @@ at tiny sizes)."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,106 @@ def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys)
     assert "k-c no oneDNN, untuned" in out[1] and "no oneDNN / Caffe" in out[1]
     assert "oneDNN / Caffe" not in out[1].replace("no oneDNN / Caffe", "")
     assert out[2].startswith("LeNet, batch 64") and out[2].rstrip().endswith("0.80x")
+
+
+# -- CPU time per iteration: the second table ----------------------------------------------
+
+
+#: KERAS_CAFFE_LOG with the CPU lines run_one adds after each display line
+#: (the 60 one left out: the windows ending at 60 and 80 have no CPU time).
+CPU_MARKS = {0: 12.58, 20: 13.23, 40: 13.93, 80: 15.39, 100: 16.10}
+
+
+def with_cpu_marks(text, marks):
+    out = []
+    for line in text.splitlines(keepends=True):
+        out.append(line)
+        found = re.search(r"\] Iteration (\d+) \(", line)
+        if found and int(found.group(1)) in marks:
+            out.append(f"train_vs_caffe cpu: iteration {found.group(1)} "
+                       f"cpu_s {marks[int(found.group(1))]:.3f}\n")
+    return "".join(out)
+
+
+def test_cpu_ms_per_steady_window(bench):
+    text = with_cpu_marks(KERAS_CAFFE_LOG, CPU_MARKS)
+    assert bench.cpu_marks(text) == CPU_MARKS
+    # steady windows end at 40, 60, 80, 100 (display 20); 60 and 80 lack a mark at an end
+    assert bench.cpu_ms_per_iteration(text) == pytest.approx([35.0, 35.5], abs=1e-9)
+    assert bench.cpu_ms_per_iteration(KERAS_CAFFE_LOG) == []
+
+
+def test_process_cpu_seconds_reads_proc_stat(bench, tmp_path):
+    """Fields 14 and 15 (utime, stime) counted after the command name, which
+    may hold spaces and parentheses."""
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "stat").write_text(
+        "4242 (odd (name) x) R 1 4242 4242 0 -1 4194304 900 0 0 0 250 50 0 0 20 0 3 0 "
+        "12345 0 0\n")
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert bench.process_cpu_seconds(4242, proc=tmp_path) == pytest.approx(300 / ticks)
+    assert bench.process_cpu_seconds(4243, proc=tmp_path) is None
+    assert bench.process_cpu_seconds(os.getpid()) > 0
+
+
+#: A stand-in for `caffe train`: prints three display lines, busy for 0.3 s of
+#: CPU time before each of the last two (no sleeping: CPU time must pass).
+FAKE_CAFFE = """\
+import sys, time
+def busy(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+for it in (0, 5, 10):
+    if it:
+        busy(0.3)
+    print(f"I1127 00:00:00.0 1 solver.cpp:239] Iteration {it} (10 iter/s, 0.5s/5 iters), "
+          "loss = 1", file=sys.stderr, flush=True)
+"""
+
+
+def test_run_one_marks_the_cpu_time_of_each_display_line(bench, tmp_path):
+    script = tmp_path / "fake_caffe.py"
+    script.write_text(FAKE_CAFFE)
+    caffe = tmp_path / "caffe"
+    caffe.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    caffe.chmod(0o755)
+    text, wall = bench.run_one("caffe", {}, tmp_path / "solver.prototxt", str(caffe),
+                               sys.executable, tmp_path)
+    marks = bench.cpu_marks(text)
+    assert sorted(marks) == [0, 5, 10] and wall > 0
+    assert 0.25 <= marks[10] - marks[5] < 1.0  # 0.3 s busy, read in clock ticks
+    assert bench.steady_windows(text) == [(10, 10.0, 0.5, 5)]
+    [cpu_ms] = bench.cpu_ms_per_iteration(text)
+    assert cpu_ms == pytest.approx(1e3 * (marks[10] - marks[5]) / 5)
+
+
+def test_cpu_table_from_kept_logs(bench, golden, tmp_path, capsys):
+    """Caffe's golden logs have no CPU lines: the second table has keras-caffe's
+    CPU time, cores kept busy, and the speed if that time ran on 2 cores at once."""
+    caffe_lenet_logs(golden, tmp_path)
+    (tmp_path / "lenet_keras_caffe_eigen_round1.log").write_text(
+        with_cpu_marks(KERAS_CAFFE_LOG, CPU_MARKS))
+    [row] = bench.rows(bench.results_from_logs(tmp_path), cpus=2)
+    assert row["cpu_ms_per_iter"] == {"keras_caffe_eigen": pytest.approx(35.25)}
+    assert row["cores_busy"]["keras_caffe_eigen"] == pytest.approx(35.25 / 21.151764, abs=1e-6)
+    assert row["speed_if_all_cores_busy"] == {
+        "keras_caffe_eigen": pytest.approx(17.010005 * 2 / 35.25, abs=1e-6)}
+    bench.print_table([row])
+    out = capsys.readouterr().out.splitlines()
+    assert out[3].startswith("CPU ms per training iteration")
+    assert "no oneDNN / Caffe, all cores busy" in out[4]
+    assert out[5].split() == ["LeNet,", "batch", "64", "-", "-", "35.2", "(1.67)", "0.97x"]
+
+
+def test_no_cpu_table_without_cpu_lines(bench, golden, tmp_path, capsys):
+    """Logs kept before the CPU lines existed: the first table only."""
+    caffe_lenet_logs(golden, tmp_path)
+    (tmp_path / "lenet_keras_caffe_eigen_round1.log").write_text(KERAS_CAFFE_LOG)
+    [row] = bench.rows(bench.results_from_logs(tmp_path), cpus=2)
+    assert "cpu_ms_per_iter" not in row and "speed_if_all_cores_busy" not in row
+    bench.print_table([row])
+    assert len(capsys.readouterr().out.splitlines()) == 3
 
 
 # -- benchmarks/matmul_rate.py: the matrix-product ceiling -----------------------------
