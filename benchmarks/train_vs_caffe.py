@@ -121,6 +121,11 @@ def ms_per_iteration(text):
     return [1e3 / rate for _, rate, _, _ in steady_windows(text)]
 
 
+def cpu_line(iteration, seconds):
+    """The line ``run_one`` adds after a display line (``CPU_LINE`` reads it back)."""
+    return f"train_vs_caffe cpu: iteration {iteration} cpu_s {seconds:.3f}\n"
+
+
 def cpu_marks(text):
     """``{iteration: CPU seconds}`` from the lines ``run_one`` added to a log."""
     return {int(it): float(seconds) for it, seconds in CPU_LINE.findall(text)}
@@ -229,8 +234,7 @@ def run_one(engine, env_vars, solver, caffe, python, workdir):
             found = RATE_LINE.search(line)
             seconds = process_cpu_seconds(proc.pid) if found else None
             if seconds is not None:
-                lines.append(f"train_vs_caffe cpu: iteration {found.group(1)} "
-                             f"cpu_s {seconds:.3f}\n")
+                lines.append(cpu_line(found.group(1), seconds))
         returncode = proc.wait()
     wall = time.perf_counter() - start
     text = "".join(lines)

@@ -8,7 +8,6 @@ at tiny sizes)."""
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -170,19 +169,18 @@ def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys)
 CPU_MARKS = {0: 12.58, 20: 13.23, 40: 13.93, 80: 15.39, 100: 16.10}
 
 
-def with_cpu_marks(text, marks):
+def with_cpu_marks(bench, text, marks):
     out = []
     for line in text.splitlines(keepends=True):
         out.append(line)
-        found = re.search(r"\] Iteration (\d+) \(", line)
+        found = bench.RATE_LINE.search(line)
         if found and int(found.group(1)) in marks:
-            out.append(f"train_vs_caffe cpu: iteration {found.group(1)} "
-                       f"cpu_s {marks[int(found.group(1))]:.3f}\n")
+            out.append(bench.cpu_line(found.group(1), marks[int(found.group(1))]))
     return "".join(out)
 
 
 def test_cpu_ms_per_steady_window(bench):
-    text = with_cpu_marks(KERAS_CAFFE_LOG, CPU_MARKS)
+    text = with_cpu_marks(bench, KERAS_CAFFE_LOG, CPU_MARKS)
     assert bench.cpu_marks(text) == CPU_MARKS
     # steady windows end at 40, 60, 80, 100 (display 20); 60 and 80 lack a mark at an end
     assert bench.cpu_ms_per_iteration(text) == pytest.approx([35.0, 35.5], abs=1e-9)
@@ -239,7 +237,7 @@ def test_cpu_table_from_kept_logs(bench, golden, tmp_path, capsys):
     CPU time, cores kept busy, and the speed if that time ran on 2 cores at once."""
     caffe_lenet_logs(golden, tmp_path)
     (tmp_path / "lenet_keras_caffe_eigen_round1.log").write_text(
-        with_cpu_marks(KERAS_CAFFE_LOG, CPU_MARKS))
+        with_cpu_marks(bench, KERAS_CAFFE_LOG, CPU_MARKS))
     [row] = bench.rows(bench.results_from_logs(tmp_path), cpus=2)
     assert row["cpu_ms_per_iter"] == {"keras_caffe_eigen": pytest.approx(35.25)}
     assert row["cores_busy"]["keras_caffe_eigen"] == pytest.approx(35.25 / 21.151764, abs=1e-6)
