@@ -91,10 +91,19 @@ class LMS:
             of large layers, whichever of staging and remat is modelled
             cheaper from the measured host-link bandwidth and matmul speed),
             or force ``"remat"`` / ``"stage"``.
+        batch_parts: on Eigen's CPU kernels (TensorFlow without oneDNN), run
+            each rematerialized segment of per-sample layers over parts of
+            the batch, so that a (recomputed) convolution holds the im2col
+            matrix of a part, at most two activations, instead of the whole
+            batch's (Caffe's own convolution holds one image's); see
+            ``lms_graph.Graph.chunks``. Less memory for more time, and the
+            parts' weight gradients are summed part by part, so the numbers
+            differ from the step without LMS in float32 rounding (not
+            bit-identical). Nothing changes elsewhere (oneDNN, GPUs).
     """
 
     def __init__(self, threshold_kb, frac=0.0, *, memory_limit=None, batch=None,
-                 mechanism="auto"):
+                 mechanism="auto", batch_parts=False):
         self.threshold_kb = check_number("LMS", "threshold_kb", threshold_kb, low=0.0)
         self.frac = check_number("LMS", "frac", frac, low=0.0, high=1.0)
         if memory_limit is not None:
@@ -108,6 +117,10 @@ class LMS:
             raise ArgumentError("LMS", "mechanism", f"must be one of {_MECHANISMS}, "
                                                     f"got {mechanism!r}")
         self.mechanism = mechanism
+        if not isinstance(batch_parts, bool):
+            raise ArgumentError("LMS", "batch_parts", f"must be True or False, got "
+                                                      f"{batch_parts!r}")
+        self.batch_parts = batch_parts
         self._before = None
 
     @property
@@ -171,25 +184,39 @@ class LMS:
         return False
 
 
+def _parts(graph, remat, batch):
+    """The log's note on remat blocks run over parts of the batch ('' if none)."""
+    parted = [b for b in remat if b.chunks > 1]
+    if not parted:
+        return ""
+    held = max(graph.workspace(n, batch) * -(-batch // b.chunks) / batch
+               for b in parted for n in b.nodes)
+    most = max(b.chunks for b in parted)
+    return (f"; {len(parted)} rematerialized segment(s) run in up to {most} parts of the batch, "
+            f"so a recomputed convolution holds at most {fmt_bytes(held)}")
+
+
 def current():
     """The innermost active ``with LMS(...)`` block's settings, or None."""
     stack = _stack()
     return stack[-1] if stack else None
 
 
-def from_cli(lms_kb, lms_frac=None):
-    """``keras-caffe train --lms N --lms-frac F`` -> an ``LMS`` or None.
+def from_cli(lms_kb, lms_frac=None, lms_parts=False):
+    """``keras-caffe train --lms N --lms-frac F [--lms-parts]`` -> an ``LMS`` or None.
 
-    ``--lms-frac`` without ``--lms`` is refused, as are a negative N and an F
-    outside [0, 1] (``ArgumentError`` naming the flag).
+    ``--lms-frac`` or ``--lms-parts`` without ``--lms`` is refused, as are a
+    negative N and an F outside [0, 1] (``ArgumentError`` naming the flag).
     """
     if lms_kb is None:
-        if lms_frac is not None:
-            raise ArgumentError("keras-caffe train", "--lms-frac",
-                                "needs --lms N (the threshold in KB)")
+        for flag, given in (("--lms-frac", lms_frac is not None), ("--lms-parts", lms_parts)):
+            if given:
+                raise ArgumentError("keras-caffe train", flag,
+                                    "needs --lms N (the threshold in KB)")
         return None
     try:
-        return LMS(threshold_kb=lms_kb, frac=0.0 if lms_frac is None else lms_frac)
+        return LMS(threshold_kb=lms_kb, frac=0.0 if lms_frac is None else lms_frac,
+                   batch_parts=bool(lms_parts))
     except ArgumentError as err:
         flag = {"threshold_kb": "--lms", "frac": "--lms-frac"}[err.argument]
         raise ArgumentError("keras-caffe train", flag,
@@ -264,7 +291,7 @@ class Planner:
                      fmt_bytes(budget))
             return [Block("plain", list(graph.nodes), graph.inputs, graph.outputs)]
         self._reasons = set()
-        blocks = plan(graph, batch, lms.threshold_bytes, self._choose)
+        blocks = plan(graph, batch, lms.threshold_bytes, self._choose, parts=lms.batch_parts)
         if lms.frac == 0:
             why = "frac 0: always on"
         elif budget is None:
@@ -292,8 +319,9 @@ class Planner:
                          head, fmt_bytes(freed))
         if graph.eigen:
             LOG.info("%s: kernels: Eigen (TensorFlow without oneDNN): the largest "
-                     "convolution workspace is %s", head,
-                     fmt_bytes(max(graph.workspace(n, batch) for n in graph.nodes)))
+                     "convolution workspace is %s%s", head,
+                     fmt_bytes(max(graph.workspace(n, batch) for n in graph.nodes)),
+                     _parts(graph, remat, batch))
         for b in blocks:
             if b.kind != "plain":
                 LOG.debug("%s: %s %s (%d layers, %s)", head, b.kind, b.names, len(b.nodes),

@@ -30,6 +30,10 @@ the wrong step exactly); it did not happen with Grappler's dependency
 optimizer off. ``tests/test_lms_ordering.py`` checks the ordering on the
 graph, ``benchmarks/lms_race.py`` counts wrong steps.
 
+A ``remat`` block with ``chunks`` > 1 (Eigen's kernels, per-sample layers;
+see ``lms_graph``) runs its forward over parts of the batch and joins them;
+recomputed under the tape, the parts' weight gradients are summed.
+
 The layers are the model's own: every block is a ``keras.Model`` over the
 original graph's tensors, so it shares the model's layers and variables.
 """
@@ -64,10 +68,19 @@ class Runner:
                                  name=f"lms_{block.kind}_{block.nodes[0].name}")
 
     def _forward(self, training):
-        def forward(*xs):
+        def whole(*xs):
             out = self.model(list(xs), training=training)
             return list(out) if isinstance(out, (list, tuple)) else [out]
-        return forward
+
+        def in_parts(*xs):
+            sizes = batch_parts(xs, self.block.chunks)
+            if sizes is None:
+                return whole(*xs)
+            parts = [tf.split(x, sizes) for x in xs]
+            outs = [whole(*(p[i] for p in parts)) for i in range(len(sizes))]
+            return [tf.concat(list(o), 0) for o in zip(*outs)]
+
+        return in_parts if self.block.chunks > 1 else whole
 
     def __call__(self, args, training):
         kind = self.block.kind
@@ -76,6 +89,18 @@ class Runner:
             run = _recomputing(self._forward(training), weights, host=kind == "stage")
             return run(list(args), [keras.ops.convert_to_tensor(w) for w in weights])
         return self._forward(training)(*args)
+
+
+def batch_parts(xs, chunks):
+    """The sizes of ``chunks`` nearly equal parts of the batch of ``xs``
+    (tensors with the same first axis; the first parts one larger where it
+    does not divide), or None where that axis is not static or there is
+    nothing to split."""
+    batch = _static_batch(xs)
+    if batch is None or any(x.shape[0] != batch for x in xs) or min(chunks, batch) < 2:
+        return None
+    chunks = min(chunks, batch)
+    return [batch // chunks + (1 if i < batch % chunks else 0) for i in range(chunks)]
 
 
 def _after(tensor, dependency):

@@ -29,6 +29,14 @@ draw a different dropout mask; it runs plain. So does a layer whose call
 adds a loss (an ``activity_regularizer``, keras-caffe's ``TopLoss``): the
 loss would be computed inside the block's gradient boundary, with no
 gradient of its own.
+
+Under Eigen's CPU kernels a forward convolution holds the im2col matrix of
+the whole batch (``Graph.workspace``: 9 x C_in/C_out times its output for a
+3x3 convolution), which a recomputed convolution needs again. With
+``LMS(batch_parts=True)`` a ``remat`` block whose layers are all per-sample
+(``per_sample``) runs in parts of the batch (``Block.chunks``), so its
+convolutions hold the matrix of a part only, as Caffe's own convolution
+holds one image's.
 """
 
 import dataclasses
@@ -75,6 +83,9 @@ class Node:
     #: values of the im2col matrix Eigen's forward convolution packs, per
     #: output value (0: not a convolution Eigen runs as a contraction)
     im2col_per_output: float = 0.0
+    #: each sample of its outputs depends on the same sample of its inputs
+    #: only (``per_sample``), so it may run over parts of the batch
+    per_sample: bool = False
 
     @property
     def name(self):
@@ -120,6 +131,27 @@ class Graph:
         return (2 * (self.in_bytes(node, batch) + self.out_bytes(node, batch) + node.weight_bytes)
                 + self.workspace(node, batch))
 
+    def chunks(self, nodes, batch):
+        """Parts of the batch a rematerialized block of ``nodes`` runs in:
+        under Eigen, ``ceil(largest workspace / (2 x largest activation))``
+        of the block, at most the batch, so that a part's convolution
+        workspace is at most two activations. 1 when no workspace is larger
+        than that, or one of its layers is not per-sample.
+
+        Why two: the parts are independent, and TensorFlow runs two at once
+        on two cores. Measured on ``tests/lms_support.py``'s ceiling net
+        (3x3 convolutions, workspace 9 activations; Eigen, TF 2.21, 2 cores),
+        the step's peak over its start and its time for 1 / 3 / 4 / 5 / 9
+        parts: 350 / 297 / 293 / 280 / 305 MiB, 3.1-4.2 / 4.0-4.2 /
+        3.8-4.9 / 4.4-5.3 / 5.0-5.7 s."""
+        if not self.eigen or not nodes or not all(n.per_sample for n in nodes):
+            return 1
+        workspace = max(self.workspace(n, batch) for n in nodes)
+        largest = max(self.out_bytes(n, batch) for n in nodes)
+        if largest <= 0 or workspace <= 2 * largest:
+            return 1
+        return int(min(batch, math.ceil(workspace / (2 * largest))))
+
     def largest_layer(self, batch):
         """``(node, bytes)`` of the layer with the largest ``layer_need``."""
         best = max(self.nodes, key=lambda n: self.layer_need(n, batch))
@@ -161,6 +193,51 @@ def _im2col_per_output(layer):
     return math.prod(shape[:-1]) / shape[-1]
 
 
+#: Keras layers whose every output sample depends on the same input sample
+#: only (Keras's own: no batch statistics, no state)
+_PER_SAMPLE = (
+    keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,
+    keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose, keras.layers.Conv3DTranspose,
+    keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D,
+    keras.layers.SeparableConv1D, keras.layers.SeparableConv2D, keras.layers.Dense,
+    keras.layers.Activation, keras.layers.ReLU, keras.layers.LeakyReLU, keras.layers.PReLU,
+    keras.layers.ELU, keras.layers.Identity,
+    keras.layers.MaxPooling1D, keras.layers.MaxPooling2D, keras.layers.MaxPooling3D,
+    keras.layers.AveragePooling1D, keras.layers.AveragePooling2D,
+    keras.layers.AveragePooling3D, keras.layers.GlobalMaxPooling1D,
+    keras.layers.GlobalMaxPooling2D, keras.layers.GlobalMaxPooling3D,
+    keras.layers.GlobalAveragePooling1D, keras.layers.GlobalAveragePooling2D,
+    keras.layers.GlobalAveragePooling3D, keras.layers.ZeroPadding1D, keras.layers.ZeroPadding2D,
+    keras.layers.ZeroPadding3D, keras.layers.Cropping1D, keras.layers.Cropping2D,
+    keras.layers.Cropping3D, keras.layers.UpSampling1D, keras.layers.UpSampling2D,
+    keras.layers.UpSampling3D, keras.layers.Flatten, keras.layers.Reshape, keras.layers.Permute,
+    keras.layers.Add, keras.layers.Subtract, keras.layers.Multiply, keras.layers.Maximum,
+    keras.layers.Minimum, keras.layers.Average,
+)
+#: per-sample unless their ``axis`` is the batch axis
+_PER_SAMPLE_AXIS = (keras.layers.Concatenate, keras.layers.Softmax)
+
+
+def per_sample(layer):
+    """Whether each sample of ``layer``'s outputs depends on the same sample
+    of its inputs only, so running it over parts of the batch and joining
+    the parts gives its outputs: a layer class that says so
+    (``per_sample = True``, as keras-caffe's Convolution, Pooling, LRN,
+    Eltwise and single-input element-wise layers do), the Keras layers of
+    ``_PER_SAMPLE`` (exactly those classes, not subclasses, which may do
+    more), and Concatenate and Softmax along an axis other than the batch's."""
+    own = getattr(type(layer), "per_sample", None)
+    if own is not None:
+        return bool(own)
+    if type(layer) in _PER_SAMPLE:
+        return True
+    if type(layer) in _PER_SAMPLE_AXIS:
+        ndim = len(_flat(layer.output)[0].shape)
+        axes = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
+        return all(int(a) % ndim != 0 for a in axes)
+    return False
+
+
 def output_structure(model):
     """The model's outputs as its call returns them (a tensor, list or dict)."""
     try:
@@ -200,7 +277,7 @@ def model_graph(model, eigen=False):
             pure=not layer.non_trainable_variables and not adds_loss(layer),
             weight_bytes=sum(math.prod(w.shape) * dtype_bytes(w.dtype) for w in layer.weights),
             macs_per_output=_macs_per_output(layer),
-            im2col_per_output=_im2col_per_output(layer)))
+            im2col_per_output=_im2col_per_output(layer), per_sample=per_sample(layer)))
     known = {id(t) for t in inputs}
     ordered, pending = [], candidates
     while pending:
@@ -273,6 +350,8 @@ class Block:
     outputs: tuple = ()
     #: the activation bytes of its layers (for the log)
     bytes: int = 0
+    #: parts of the batch it runs in (``Graph.chunks``; remat blocks only)
+    chunks: int = 1
 
     @property
     def names(self):
@@ -280,7 +359,7 @@ class Block:
         return first if first == last else f"{first}..{last}"
 
 
-def plan(graph, batch, threshold_bytes, choose):
+def plan(graph, batch, threshold_bytes, choose, parts=False):
     """Cut the layers into blocks (see the module docstring).
 
     ``choose(run_nodes, batch) -> "remat" | "stage"`` picks the mechanism of
@@ -290,6 +369,7 @@ def plan(graph, batch, threshold_bytes, choose):
     the only activation alive; a
     segment of one layer would keep its input instead of its output, saving
     nothing, so it runs plain. A staged run stages each layer on its own.
+    ``parts``: remat blocks run in ``Graph.chunks`` parts of the batch.
     """
     nodes = graph.nodes
     sizes = [graph.out_bytes(n, batch) for n in nodes]
@@ -315,7 +395,7 @@ def plan(graph, batch, threshold_bytes, choose):
             merged[-1][1].extend(idx)
         else:
             merged.append((kind, list(idx)))
-    return [_block(graph, kind, idx, sizes) for kind, idx in merged]
+    return [_block(graph, kind, idx, sizes, batch if parts else None) for kind, idx in merged]
 
 
 def _segments(run, sizes, alive_single):
@@ -376,7 +456,9 @@ def _single_alive(graph):
     return result
 
 
-def _block(graph, kind, idx, sizes):
+def _block(graph, kind, idx, sizes, parts_batch):
+    """One block; a remat block runs in ``Graph.chunks`` parts of
+    ``parts_batch`` (None: whole)."""
     nodes = [graph.nodes[k] for k in idx]
     produced = {id(t) for n in nodes for t in n.outputs}
     inputs, seen = [], set()
@@ -394,4 +476,6 @@ def _block(graph, kind, idx, sizes):
                 seen.add(id(t))
                 outputs.append(t)
     return Block(kind=kind, nodes=nodes, inputs=tuple(inputs), outputs=tuple(outputs),
-                 bytes=sum(sizes[k] for k in idx))
+                 bytes=sum(sizes[k] for k in idx),
+                 chunks=(graph.chunks(nodes, parts_batch)
+                         if kind == "remat" and parts_batch else 1))

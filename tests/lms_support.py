@@ -5,7 +5,9 @@ stack, caps the process's data segment (RLIMIT_DATA) at what it uses before
 the step plus half the activations' bytes (``roomy``: plus twice them,
 without LMS: the control that the plain step fits given the memory), and
 trains one step; it prints ``STEP OK <loss> peak ...`` if the step
-completes. ``peak-none`` / ``peak-lms`` set no ceiling and print the step's
+completes. LMS runs with ``batch_parts`` (under Eigen, convolutions
+recompute over parts of the batch). ``peak-none`` / ``peak-lms`` /
+``peak-whole-lms`` (LMS without ``batch_parts``) set no ceiling and print the step's
 peak data segment (docs/lms.md's table).
 """
 
@@ -101,7 +103,7 @@ class PeakSampler:
 
 def ceiling_child(mode):
     """``none`` / ``lms`` / ``roomy``: under the ceiling (see the module
-    docstring); ``peak-none`` / ``peak-lms``: no ceiling, print the step's
+    docstring); ``peak-none`` / ``peak-lms`` / ``peak-whole-lms``: no ceiling, print the step's
     peak data segment over its start (docs/lms.md's table)."""
     import logging
     import resource
@@ -120,8 +122,10 @@ def ceiling_child(mode):
     if mode.endswith("lms"):
         from keras_caffe.lms import LMS
 
-        # under the ceiling, frac 0.5 must see it and switch LMS on; without one, always on
-        LMS(threshold_kb=1000, frac=0.0 if mode.startswith("peak-") else 0.5).apply(model)
+        # under the ceiling, frac 0.5 must see it and switch LMS on; without one, always on.
+        # Under Eigen, convolutions recompute over parts of the batch (no change elsewhere)
+        LMS(threshold_kb=1000, frac=0.0 if mode.startswith("peak-") else 0.5,
+            batch_parts=not mode.endswith("whole-lms")).apply(model)
     sampler = PeakSampler()
     loss, _ = loss_and_grads(model, x, y)
     peak = sampler.stop() - start
@@ -130,7 +134,7 @@ def ceiling_child(mode):
 
 
 if __name__ == "__main__":
-    MODES = ("none", "lms", "roomy", "peak-none", "peak-lms")
+    MODES = ("none", "lms", "roomy", "peak-none", "peak-lms", "peak-whole-lms")
     if len(sys.argv) == 3 and sys.argv[1] == "ceiling" and sys.argv[2] in MODES:
         ceiling_child(sys.argv[2])
     else:

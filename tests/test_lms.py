@@ -48,6 +48,7 @@ def test_frac_outside_0_1_is_refused_by_name(value):
     ({"threshold_kb": 1, "mechanism": "swap"}, "mechanism"),
     ({"threshold_kb": 1, "memory_limit": 0}, "memory_limit"),
     ({"threshold_kb": 1, "batch": 0}, "batch"),
+    ({"threshold_kb": 1, "batch_parts": 1}, "batch_parts"),
 ])
 def test_other_bad_arguments_are_refused_by_name(kwargs, argument):
     with pytest.raises(ArgumentError) as err:
@@ -66,6 +67,7 @@ def test_cli_values():
     lms = from_cli(1000, 0.4)
     assert (lms.threshold_kb, lms.frac) == (1000.0, 0.4)
     assert from_cli(5).frac == 0.0
+    assert (from_cli(5).batch_parts, from_cli(5, None, True).batch_parts) == (False, True)
     with pytest.raises(ArgumentError, match=r"`--lms-frac` needs --lms N"):
         from_cli(None, 0.4)
     with pytest.raises(ArgumentError) as err:
@@ -280,6 +282,98 @@ def test_stateful_layers_are_never_rematerialized():
             if node.name in ("bn1", "drop2"):
                 assert block.kind == "plain", (node.name, block.kind)
     assert any(b.kind == "remat" for b in blocks)
+
+
+def test_per_sample_layers():
+    from keras_caffe.layers.conv import Convolution
+    from keras_caffe.layers.elementwise import Bias, Eltwise, ReLU
+    from keras_caffe.layers.lrn import LRN
+    from keras_caffe.layers.pooling import Pooling
+    from keras_caffe.lms_graph import model_graph
+
+    class Subclassed(keras.layers.Conv2D):
+        pass
+
+    a = inputs = keras.Input((8, 8, 4))
+    layers = {
+        "conv": keras.layers.Conv2D(4, 3, padding="same"), "relu": keras.layers.ReLU(),
+        "caffe_conv": Convolution(4, 3, pad=1), "caffe_relu": ReLU(), "lrn": LRN(3),
+        "caffe_pool": Pooling("MAX", 3, stride=1, pad=1), "bias": Bias(axes=(3,)),
+        "subclassed": Subclassed(4, 3, padding="same"),
+        "bn": keras.layers.BatchNormalization(),
+        "lambda": keras.layers.Lambda(lambda t: t - keras.ops.mean(t, axis=0)),
+    }
+    for name, layer in layers.items():
+        layer.name = name
+        a = layer(a)
+    joined = {"concat_channels": keras.layers.Concatenate(axis=-1, name="concat_channels"),
+              "concat_batch": keras.layers.Concatenate(axis=-4, name="concat_batch"),
+              "eltwise": Eltwise("SUM", name="eltwise")}
+    outs = [layer([a, inputs]) for layer in joined.values()]
+    outs.append(keras.layers.Softmax(axis=0, name="softmax_batch")(a))
+    outs.append(keras.layers.Softmax(axis=-1, name="softmax_channels")(a))
+    graph = model_graph(keras.Model(inputs, outs))
+    per_sample = {n.name: n.per_sample for n in graph.nodes}
+    assert per_sample == {
+        "conv": True, "relu": True, "caffe_conv": True, "caffe_relu": True, "lrn": True,
+        "caffe_pool": True, "bias": False, "subclassed": False, "bn": False, "lambda": False,
+        "concat_channels": True, "concat_batch": False, "eltwise": True,
+        "softmax_batch": False, "softmax_channels": True}
+
+
+def test_remat_segments_run_in_parts_of_the_batch_under_eigen():
+    """A 3x3 convolution of 8 channels holds 9 activations of im2col matrix
+    under Eigen: its segments run in ceil(9 / 2) = 5 parts, at most the batch."""
+    from keras_caffe.lms_graph import model_graph, plan
+
+    model = conv_stack(depth=6, channels=8, size=16)
+    remat = lambda nodes, batch: "remat"  # noqa: E731
+    # batch_parts off (the default): whole
+    blocks = plan(model_graph(model, eigen=True), 10, 0, remat)
+    assert any(b.kind == "remat" for b in blocks) and {b.chunks for b in blocks} == {1}
+    for eigen, batch, parts in ((True, 10, 5), (True, 3, 3), (False, 10, 1)):
+        blocks = plan(model_graph(model, eigen=eigen), batch, 0, remat, parts=True)
+        convolving = [b for b in blocks if any(n.name.startswith("conv") for n in b.nodes)]
+        assert {b.kind for b in convolving} == {"remat"}
+        assert {b.chunks for b in convolving} == {parts}
+        # the segment of pool and fc holds no workspace
+        assert {b.chunks for b in blocks if b not in convolving} == {1}
+    # a 1x1 convolution's matrix is one activation: no parts
+    x = inputs = keras.Input((16, 16, 8))
+    for i in range(4):
+        x = keras.layers.ReLU()(keras.layers.Conv2D(8, 1, name=f"pointwise{i}")(x))
+    pointwise = keras.Model(inputs, x)
+    blocks = plan(model_graph(pointwise, eigen=True), 10, 0, remat, parts=True)
+    assert {b.chunks for b in blocks} == {1}
+    # a layer that mixes samples keeps its segment whole
+    x = inputs = keras.Input((16, 16, 8))
+    for i in range(4):
+        x = keras.layers.Conv2D(8, 3, padding="same")(x)
+        x = keras.layers.Lambda(lambda t: t - keras.ops.mean(t, axis=0))(x)
+    mixed = keras.Model(inputs, x)
+    blocks = plan(model_graph(mixed, eigen=True), 10, 0, remat, parts=True)
+    assert any(b.kind == "remat" for b in blocks) and {b.chunks for b in blocks} == {1}
+
+
+def test_batch_parts():
+    from keras_caffe.lms_exec import batch_parts
+
+    x10, y10 = np.zeros((10, 3), "float32"), np.zeros((10, 1), "float32")
+    assert batch_parts([x10, y10], 4) == [3, 3, 2, 2]
+    assert batch_parts([x10], 5) == [2] * 5
+    assert batch_parts([x10], 30) == [1] * 10
+    assert batch_parts([x10], 1) is None
+    assert batch_parts([x10, np.zeros((9, 3))], 2) is None
+    assert batch_parts([keras.KerasTensor((None, 3))], 2) is None
+
+
+def test_the_log_gives_the_parts_under_eigen(caplog):
+    with caplog.at_level(logging.INFO, logger="keras_caffe.lms"):
+        LMS(0, batch=10, batch_parts=True).apply(conv_stack(6, 8, 16, name="parted"))
+    # 5 parts of 2 samples: 2/10 of the 10 x 16 x 16 x 72 float32 matrix
+    note = ("4 rematerialized segment(s) run in up to 5 parts of the batch, so a recomputed "
+            "convolution holds at most 144.00 KiB")
+    assert (note in caplog.text) == EIGEN, caplog.text
 
 
 def test_forced_staging_stages_each_large_layer():

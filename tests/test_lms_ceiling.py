@@ -2,9 +2,11 @@
 a deep plain conv stack (24 x Conv 3x3 + ReLU, 64x64x16 maps, batch 64:
 768 MiB of activations) cannot train one step without LMS and trains with
 it. The ceiling is what the child uses before the step plus half of the
-activations (384 MiB). Measured peaks over the start, with oneDNN's kernels:
-282 MiB with LMS, 534 MiB without; with Eigen's (no oneDNN): 360 MiB with
-LMS, 570 MiB without (docs/lms.md). make test runs this with both."""
+activations (384 MiB). LMS runs with ``batch_parts=True``. Measured peaks
+over the start (docs/lms.md): with oneDNN's kernels 278-279 MiB with LMS,
+534-535 MiB without; with Eigen's (no oneDNN) 288-297 MiB with LMS, 570-571
+MiB without, and 360 MiB with LMS without ``batch_parts``, too close to the
+ceiling (CI's machine once went over it). make test runs this with both."""
 
 import os
 import signal

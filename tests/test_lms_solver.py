@@ -40,14 +40,21 @@ def test_solver_refuses_a_non_lms(golden, tmp_path, monkeypatch):
         run_case("sgd", tmp_path, monkeypatch, lms=1000)
 
 
-def test_cli_train_with_lms(golden, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("parts", [[], ["--lms-parts"]])
+def test_cli_train_with_lms(golden, tmp_path, monkeypatch, capsys, parts):
     work = tmp_path / "sgd"
     shutil.copytree(GOLDEN / "solvers" / "sgd", work, ignore=shutil.ignore_patterns("bin_run"))
     monkeypatch.chdir(work)
+    planned = []
+    plan = keras_caffe.lms.plan
+    monkeypatch.setattr("keras_caffe.lms.plan",
+                        lambda *args, parts: planned.append(parts) or plan(*args, parts=parts))
     assert cli.main(["train", "--solver", "solver.prototxt", "--weights", "init.caffemodel",
-                     "--log", "caffe", "--lms", "0", "--lms-frac", "0"]) == 0
+                     "--log", "caffe", "--lms", "0", "--lms-frac", "0", *parts]) == 0
     err = capsys.readouterr().err
     assert "keras_caffe.lms: LMS" in err
+    # --lms-parts reaches the plan (this net has no convolution to run in parts)
+    assert planned and set(planned) == {bool(parts)}
     caffe_log = (golden / "solvers" / "sgd" / "caffe_binary.log").read_text()
     ours, theirs = final_losses(err), final_losses(caffe_log)
     np.testing.assert_allclose([ours[i] for i in range(31)], [theirs[i] for i in range(31)],
@@ -61,6 +68,8 @@ def test_cli_train_with_lms(golden, tmp_path, monkeypatch, capsys):
                                             "must be in [0, 1], got 1.5\n"),
     (["--lms-frac", "0.5"], "keras-caffe: error: keras-caffe train: `--lms-frac` needs --lms N "
                             "(the threshold in KB)\n"),
+    (["--lms-parts"], "keras-caffe: error: keras-caffe train: `--lms-parts` needs --lms N "
+                      "(the threshold in KB)\n"),
 ])
 def test_cli_refuses_bad_lms_flags(tmp_path, capsys, argv, message):
     assert cli.main(["train", "--solver", str(tmp_path / "none.prototxt"), *argv]) == 2

@@ -50,6 +50,11 @@ def _arguments(parser):
     parser.add_argument("--lms-frac", type=float, metavar="F",
                         help="with --lms: only when the net's predicted activations exceed F x "
                              "the device's memory")
+    parser.add_argument("--lms-parts", action="store_true",
+                        help="with --lms, on Eigen's CPU kernels (no oneDNN): recompute "
+                             "convolutions over parts of the batch, so each holds a smaller "
+                             "im2col workspace (less memory, more time, weight gradients summed "
+                             "part by part)")
     parser.add_argument("--gpu", "-gpu", metavar="IDS",
                         help="Caffe's -gpu: GPU ids (0,1) or 'all'; several train in this "
                              "process with tf.distribute.MirroredStrategy, each on the net's batch "
@@ -85,7 +90,7 @@ def run(args):
         raise usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
     if args.commit_every is not None and (args.commit_every < 1 or not args.elastic):
         raise usage(f"--commit-every {args.commit_every}: needs --elastic and N >= 1")
-    lms = from_cli(args.lms, args.lms_frac)
+    lms = from_cli(args.lms, args.lms_frac, args.lms_parts)
     try:
         with _lms_log(lms is not None):
             return _train(args, lms)

@@ -49,6 +49,8 @@ def _broadcast_shape(ndim, axes, dims):
 class _Elementwise(keras.layers.Layer):
     """A layer whose output has its input's shape."""
 
+    per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
+
     def compute_output_shape(self, input_shape):
         return input_shape
 
@@ -130,6 +132,8 @@ class Bias(CaffeBlobs, _Elementwise):
     """
 
     caffe_type = "Bias"
+    #: a second input's values may span the batch axis: never run over parts of it
+    per_sample = False
 
     def __init__(self, axes=(1,), bias_initializer="zeros", **kwargs):
         super().__init__(**kwargs)
@@ -378,6 +382,8 @@ class Eltwise(keras.layers.Layer):
     is strictly greater, except that the first pair takes the second input on
     ties (so NaN and gradients follow Caffe's mask).
     """
+
+    per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
 
     def __init__(self, operation="SUM", coeffs=None, **kwargs):
         super().__init__(**kwargs)
