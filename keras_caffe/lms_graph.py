@@ -138,12 +138,13 @@ class Graph:
         workspace is at most two activations. 1 when no workspace is larger
         than that, or one of its layers is not per-sample.
 
-        Why two: the parts are independent, and TensorFlow runs two at once
-        on two cores. Measured on ``tests/lms_support.py``'s ceiling net
-        (3x3 convolutions, workspace 9 activations; Eigen, TF 2.21, 2 cores),
-        the step's peak over its start and its time for 1 / 3 / 4 / 5 / 9
-        parts: 350 / 297 / 293 / 280 / 305 MiB, 3.1-4.2 / 4.0-4.2 /
-        3.8-4.9 / 4.4-5.3 / 5.0-5.7 s."""
+        Why two, measured on ``tests/lms_support.py``'s ceiling net (3x3
+        convolutions, workspace 9 activations; Eigen, TF 2.21, 2-core AMD
+        EPYC): for 1 / 3 / 4 / 5 / 9 parts the step's peak virtual size
+        over its start was 350 / 297 / 293 / 279-283 / 305-309 MiB and its
+        time 2.8-4.2 / 3.5-4.2 / 3.8-4.9 / 4.4-5.3 / 5.0-5.7 s (single runs,
+        alternated). Five parts (this rule's) gave the lowest peak; more
+        parts cost time and raised it again."""
         if not self.eigen or not nodes or not all(n.per_sample for n in nodes):
             return 1
         workspace = max(self.workspace(n, batch) for n in nodes)
