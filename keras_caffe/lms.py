@@ -67,7 +67,14 @@ from keras_caffe.lms_exec import (
     return_freed_blocks,
     uninstall,
 )
-from keras_caffe.lms_graph import Block, check_hard_limit, fmt_bytes, model_graph, plan
+from keras_caffe.lms_graph import (
+    Block,
+    check_hard_limit,
+    fmt_bytes,
+    model_graph,
+    part_sizes,
+    plan,
+)
 
 _MECHANISMS = ("auto", "remat", "stage")
 _local = threading.local()
@@ -189,7 +196,7 @@ def _parts(graph, remat, batch):
     parted = [b for b in remat if b.chunks > 1]
     if not parted:
         return ""
-    held = max(graph.workspace(n, batch) * -(-batch // b.chunks) / batch
+    held = max(graph.workspace(n, batch) * part_sizes(batch, b.chunks)[0] / batch
                for b in parted for n in b.nodes)
     most = max(b.chunks for b in parted)
     return (f"; {len(parted)} rematerialized segment(s) run in up to {most} parts of the batch, "

@@ -50,7 +50,7 @@ import time
 import keras
 import tensorflow as tf
 
-from keras_caffe.lms_graph import output_structure
+from keras_caffe.lms_graph import output_structure, part_sizes
 
 LOG = logging.getLogger("keras_caffe.lms")
 HOST = "/CPU:0"
@@ -92,15 +92,12 @@ class Runner:
 
 
 def batch_parts(xs, chunks):
-    """The sizes of ``chunks`` nearly equal parts of the batch of ``xs``
-    (tensors with the same first axis; the first parts one larger where it
-    does not divide), or None where that axis is not static or there is
-    nothing to split."""
+    """``part_sizes`` of the batch of ``xs`` (tensors with the same first
+    axis), or None where that axis is not static or there is nothing to split."""
     batch = _static_batch(xs)
     if batch is None or any(x.shape[0] != batch for x in xs) or min(chunks, batch) < 2:
         return None
-    chunks = min(chunks, batch)
-    return [batch // chunks + (1 if i < batch % chunks else 0) for i in range(chunks)]
+    return part_sizes(batch, chunks)
 
 
 def _after(tensor, dependency):

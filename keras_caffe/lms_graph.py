@@ -333,6 +333,13 @@ def check_hard_limit(graph, batch, limit, where):
                                     "LMS cannot split a layer: use a smaller batch")
 
 
+def part_sizes(batch, chunks):
+    """The sizes of ``min(chunks, batch)`` nearly equal parts of a batch, the
+    first parts one larger where it does not divide."""
+    chunks = max(1, min(chunks, batch))
+    return [batch // chunks + (1 if i < batch % chunks else 0) for i in range(chunks)]
+
+
 def fmt_bytes(n):
     for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if n >= size:
