@@ -1,6 +1,6 @@
 """keras-caffe demo: a Caffe solver file drives a Keras model, with Caffe's numbers.
 
-    python examples/demo.py [--golden ../shared/golden]
+    python examples/demo.py [--golden tests/golden]
 
 1. Reads a Caffe solver file into an optimizer and lr schedule and prints the
    schedule as Caffe would step it.
@@ -127,7 +127,8 @@ def import_golden(golden):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = Path(__file__).resolve().parents[2] / "shared" / "golden"
+    # The recordings kept in the repository (tests/golden: the solver cases and LeNet)
+    default = Path(__file__).resolve().parents[1] / "tests" / "golden"
     parser.add_argument("--golden", type=Path, default=default)
     args = parser.parse_args()
 

@@ -10,14 +10,52 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-#: The case folders of ../shared/golden/solvers.
+#: The case folders of tests/golden/solvers.
 GOLDEN_SOLVER_CASES = [
     "sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam",
     "sgd_l1", "sgd_clip", "sgd_itersize2",
     "sgd_lr_step", "sgd_lr_multistep", "sgd_lr_exp", "sgd_lr_inv", "sgd_lr_poly",
     "sgd_lr_sigmoid",
 ]
-GOLDEN = Path(os.environ.get("KERAS_CAFFE_GOLDEN", REPO.parent / "shared" / "golden")).absolute()
+#: BVLC Caffe's recordings the suite reads, in the repository (README.md there):
+#: everything but the large forward nets' weights, input and outputs.
+GOLDEN = REPO / "tests" / "golden"
+#: The full recordings outside the repository (``../shared/golden``, or the
+#: folder KERAS_CAFFE_GOLDEN names): where the large forward nets are read.
+GOLDEN_OUTSIDE = Path(os.environ.get("KERAS_CAFFE_GOLDEN",
+                                     REPO.parent / "shared" / "golden")).absolute()
+#: The forward nets whose weights.caffemodel, input.npy and outputs.npz stay
+#: outside (their size there); tests/golden/forward holds their text files.
+GOLDEN_LARGE_NETS = {"squeezenet_v1.1": "26 MB", "mobilenet_v1": "25 MB", "bvlc_googlenet": "40 MB"}
+
+
+def golden_net(name):
+    """The folder of golden forward net ``name`` with its weights, input and outputs.
+
+    lenet, cifar10_quick and nin_cifar10 are in tests/golden/forward. The
+    large nets are read from GOLDEN_OUTSIDE/forward: without that folder (a
+    clone alone) the test is skipped, saying so in one line; with it (CI, or
+    KERAS_CAFFE_GOLDEN set) a net missing there fails the test.
+    """
+    import pytest
+
+    if name not in GOLDEN_LARGE_NETS:
+        return GOLDEN / "forward" / name
+    folder = GOLDEN_OUTSIDE / "forward" / name
+    if not GOLDEN_OUTSIDE.is_dir() and "KERAS_CAFFE_GOLDEN" not in os.environ:
+        pytest.skip(f"golden net {name} is not in the repository ({GOLDEN_LARGE_NETS[name]}); "
+                    f"it is read from {GOLDEN_OUTSIDE / 'forward'} when present: not there")
+    missing = [f for f in ("deploy_used.prototxt", "weights.caffemodel", "input.npy", "outputs.npz")
+               if not (folder / f).is_file()]
+    if missing:
+        what = f"{', '.join(missing)} missing in {folder}" if folder.is_dir() else f"no folder {folder}"
+        pytest.fail(f"golden net {name}: {what} (the golden data outside the repository: "
+                    f"../shared/golden, or KERAS_CAFFE_GOLDEN)", pytrace=False)
+    if (folder / "deploy_used.prototxt").read_bytes() != \
+            (GOLDEN / "forward" / name / "deploy_used.prototxt").read_bytes():
+        pytest.fail(f"golden net {name}: {folder / 'deploy_used.prototxt'} differs from "
+                    f"tests/golden's copy", pytrace=False)
+    return folder
 
 
 def tiny_mlp(init=None):

@@ -1,4 +1,4 @@
-"""Replay BVLC Caffe's recorded solver trajectories (../shared/golden/solvers).
+"""Replay BVLC Caffe's recorded solver trajectories (tests/golden/solvers).
 
 Each case trains the golden tiny MLP through ``model.fit`` with the optimizer
 ``optimizer_from_solver`` builds from the case's own solver.prototxt, on the

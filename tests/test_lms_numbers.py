@@ -10,7 +10,7 @@ import pytest
 import keras_caffe
 from keras_caffe.lms import LMS
 from lms_support import batch_for, conv_stack, loss_and_grads, max_relative
-from support import golden_dataset, to_keras_layout
+from support import golden_dataset, golden_net, to_keras_layout
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
 
@@ -136,7 +136,7 @@ def test_imported_net_with_branches_matches_caffe_and_itself(golden):
     """SqueezeNet v1.1 (fire modules: branches and concats) with LMS: the
     forward pass still gives Caffe's golden probabilities, and the loss and
     gradients of a training step equal those without LMS."""
-    folder = golden / "forward" / "squeezenet_v1.1"
+    folder = golden_net("squeezenet_v1.1")
     x = to_keras_layout(np.load(folder / "input.npy"), "channels_last")
     reference = np.load(folder / "outputs.npz")["prob"].reshape(2, -1)
     models = [keras_caffe.import_model(folder / "deploy_used.prototxt",

@@ -1,6 +1,6 @@
 """keras_caffe.Solver (``keras-caffe train``) against BVLC Caffe's own runs.
 
-The golden solver cases (../shared/golden/solvers, README there) were run
+The golden solver cases (tests/golden/solvers, README there) were run
 with ``caffe train -solver solver.prototxt -weights init.caffemodel``; the
 Solver runs the same files, in a copy of each folder, and must print the
 same smoothed loss and lr at every iteration, end with Caffe's weights, and

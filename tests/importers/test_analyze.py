@@ -28,6 +28,7 @@ from keras_caffe.importers.analyze import (
 )
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
+from support import golden_net
 
 DATA = Path(__file__).resolve().parent / "data"
 GOLDEN_MODELS = ["lenet", "cifar10_quick", "nin_cifar10", "squeezenet_v1.1", "mobilenet_v1",
@@ -205,7 +206,7 @@ def test_blob_shapes_match_caffe(golden, model):
 
 @pytest.mark.parametrize("model", GOLDEN_MODELS)
 def test_weight_shapes_match_the_caffemodel(golden, model):
-    folder = golden / "forward" / model
+    folder = golden_net(model)
     saved = upgrade_net(read_binary(folder / "weights.caffemodel", caffe_pb2.NetParameter), model)
     expected = {layer.name: tuple(tuple(b.shape.dim) for b in layer.blobs)
                 for layer in saved.layer if layer.blobs}

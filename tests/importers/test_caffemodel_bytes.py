@@ -20,7 +20,7 @@ from keras_caffe.importers.export import caffemodel_proto, export_caffemodel, mo
 from keras_caffe.importers.snapshot import load_snapshot, save_snapshot
 from keras_caffe.importers.weights import array_to_blob
 from keras_caffe.proto import caffe_pb2
-from support import GOLDEN_SOLVER_CASES, golden_resume
+from support import GOLDEN_SOLVER_CASES, golden_net, golden_resume
 
 DATA = Path(__file__).parent / "data"
 SPLIT_CASES = json.loads((DATA / "caffe_split_insertion.json").read_text())["cases"]
@@ -129,7 +129,7 @@ def test_export_writes_caffes_bytes_for_the_golden_nets(golden, name, tmp_path):
     """Import with Caffe's weights, export: Caffe's file byte for byte
     (GoogLeNet: 21 Split layers; MobileNet: BatchNorm's added params, the
     deprecated ``input`` fields upgraded)."""
-    folder = golden / "forward" / name
+    folder = golden_net(name)
     model = keras_caffe.import_model(folder / "deploy_used.prototxt",
                                      folder / "weights.caffemodel")
     out = export_caffemodel(model, tmp_path / "net.caffemodel")
@@ -138,7 +138,7 @@ def test_export_writes_caffes_bytes_for_the_golden_nets(golden, name, tmp_path):
 
 def test_googlenet_file_holds_caffes_split_layers(golden):
     net = caffe_pb2.NetParameter()
-    net.ParseFromString((golden / "forward" / "bvlc_googlenet" / "weights.caffemodel").read_bytes())
+    net.ParseFromString((golden_net("bvlc_googlenet") / "weights.caffemodel").read_bytes())
     splits = [layer.name for layer in net.layer if layer.type == "Split"]
     assert len(splits) == 9 and splits[0] == "pool2/3x3_s2_pool2/3x3_s2_0_split"
     deploy = caffe_pb2.NetParameter()

@@ -1,9 +1,10 @@
-"""Real public Caffe nets (../shared/golden/forward): Caffe's numbers, both layouts.
+"""Real public Caffe nets (tests/golden/forward): Caffe's numbers, both layouts.
 
 For every model: every blob Caffe saved (net outputs and the intermediate
 blobs kept in outputs.npz) within 1e-4 of the blob's largest magnitude, in
 channels_last and channels_first; the weights re-exported bit-exactly; a
-.keras save/load round trip giving the same outputs.
+.keras save/load round trip giving the same outputs. The large nets' weights,
+inputs and outputs are read outside the repository (support.golden_net).
 """
 
 import keras
@@ -12,7 +13,7 @@ import pytest
 
 import keras_caffe
 from keras_caffe.importers import load_weights
-from support import from_keras_layout, to_keras_layout
+from support import from_keras_layout, golden_net, to_keras_layout
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
 
@@ -47,7 +48,7 @@ def run(model, x, data_format):
 @pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
 @pytest.mark.parametrize("name", MODELS)
 def test_blobs_match_caffe(golden, name, data_format):
-    folder = golden / "forward" / name
+    folder = golden_net(name)
     expected = saved_blobs(folder, blob_names(folder))
     model = keras_caffe.import_model(folder / "deploy_used.prototxt",
                                      weights=folder / "weights.caffemodel",
@@ -62,7 +63,7 @@ def test_blobs_match_caffe(golden, name, data_format):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_weights_reexport_bit_exactly(golden, name, tmp_path):
-    folder = golden / "forward" / name
+    folder = golden_net(name)
     model = keras_caffe.import_model(folder / "deploy_used.prototxt",
                                      weights=folder / "weights.caffemodel")
     out = keras_caffe.export_caffemodel(model, tmp_path / "out.caffemodel")
@@ -80,7 +81,7 @@ def test_weights_reexport_bit_exactly(golden, name, tmp_path):
 
 @pytest.mark.parametrize("name", ["mobilenet_v1", "bvlc_googlenet"])
 def test_saved_keras_model_loads_and_agrees(golden, name, tmp_path):
-    folder = golden / "forward" / name
+    folder = golden_net(name)
     model = keras_caffe.import_model(folder / "deploy_used.prototxt",
                                      weights=folder / "weights.caffemodel")
     path = tmp_path / "net.keras"
@@ -111,7 +112,7 @@ def test_param_multipliers_follow_the_prototxt(golden):
 @pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
 def test_fold_batchnorm(golden, data_format):
     """MobileNet's Conv+BatchNorm+Scale folded: same outputs, no BN/Scale layers."""
-    folder = golden / "forward" / "mobilenet_v1"
+    folder = golden_net("mobilenet_v1")
     folded = keras_caffe.import_model(folder / "deploy_used.prototxt",
                                       weights=folder / "weights.caffemodel",
                                       data_format=data_format, fold_batchnorm=True)
@@ -125,7 +126,7 @@ def test_fold_batchnorm(golden, data_format):
 def test_fold_batchnorm_needs_weights_and_test_phase(golden):
     from keras_caffe.errors import CaffeImportError
 
-    net = golden / "forward" / "mobilenet_v1" / "deploy_used.prototxt"
+    net = golden_net("mobilenet_v1") / "deploy_used.prototxt"
     with pytest.raises(CaffeImportError, match="fold_batchnorm needs the weights"):
         keras_caffe.import_model(net, fold_batchnorm=True)
     with pytest.raises(CaffeImportError, match="fold_batchnorm is for inference"):
