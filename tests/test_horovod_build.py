@@ -5,23 +5,35 @@ No network and no compiler: the patch set runs on verbatim excerpts of
 Horovod 0.28.1's sdist (tests/horovod_sdist_excerpts/SOURCES.md); tools are
 stub executables on a PATH of their own; TensorFlow is a stub package on
 PYTHONPATH, which only the plan's TensorFlow probe (a child process) sees.
+The build cache's tests run the whole command with pip faked
+(``FakePip``): ``pip wheel`` writes a "wheel" holding the source of a stub
+``horovod.tensorflow``, ``pip install`` of it puts that stub on PYTHONPATH,
+and the real check (``build._verify``, a child process) imports it.
 The shipped patch set is also applied to the real sdist when
 ``KERAS_CAFFE_HOROVOD_SDIST`` names it (the Makefile downloads it once);
 with ``KERAS_CAFFE_EXPECT_HOROVOD=1`` its absence fails.
 """
 
+import dataclasses
+import errno
 import hashlib
 import io
+import json
 import os
+import platform
+import re
 import shutil
+import sys
 import tarfile
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from keras_caffe import cli
 from keras_caffe.errors import HorovodBuildError
-from keras_caffe.horovod_build import patches, sdist, toolchain
+from keras_caffe.horovod_build import build, cache, patches, sdist, toolchain
 
 EXCERPTS = Path(__file__).resolve().parent / "horovod_sdist_excerpts"
 XLA_OPS = "horovod/tensorflow/xla_mpi_ops.cc"
@@ -223,9 +235,12 @@ def test_missing_compiler_names_the_apt_packages(tools):
 
 STUB_TF = """
 import types
-version = types.SimpleNamespace(VERSION={version!r})
-sysconfig = types.SimpleNamespace(get_include=lambda: {include!r},
-                                  get_build_info=lambda: {{"is_cuda_build": {cuda!r}}})
+version = types.SimpleNamespace(VERSION={version!r}, GIT_VERSION="v{version}-0-g0123456789")
+sysconfig = types.SimpleNamespace(
+    get_include=lambda: {include!r}, get_lib=lambda: {lib!r},
+    get_build_info=lambda: {{"is_cuda_build": {cuda!r}}},
+    get_compile_flags=lambda: ["-I{include}", "-D_GLIBCXX_USE_CXX11_ABI={abi}", "--std=c++17"],
+    get_link_flags=lambda: ["-L{lib}", "-l:libtensorflow_framework.so.2"])
 """
 
 
@@ -240,22 +255,27 @@ def machine(tmp_path, tools, monkeypatch):
     nccl = tmp_path / "nccl"
     nccl.mkdir()
     (nccl / "nccl.h").write_text("")
-    include = tmp_path / "tf_include"
+    lib = tmp_path / "site-packages" / "tensorflow"
+    include = lib / "include"
     for relative in ("external/highwayhash", "external/farmhash_archive/src"):
         (include / relative).mkdir(parents=True)
     monkeypatch.setenv("PATH", str(tools))
     monkeypatch.setenv("HOROVOD_CUDA_HOME", str(toolkit))
     monkeypatch.setenv("HOROVOD_NCCL_INCLUDE", str(nccl))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "stubs"))
-    for name in ("CXXFLAGS", "CXX", "HOROVOD_GPU_OPERATIONS", "CMAKE_POLICY_VERSION_MINIMUM"):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KERAS_CAFFE_CACHE", str(tmp_path / "cache"))
+    for name in [*os.environ]:
+        if name.startswith(("HOROVOD_GPU", "CMAKE_")) or name in ("CXXFLAGS", "CXX", "CC",
+                                                                 "CFLAGS", "LDFLAGS"):
+            monkeypatch.delenv(name)
 
-    def make(version="2.21.0", cuda=False):
+    def make(version="2.21.0", cuda=False, abi=1):
         package = tmp_path / "stubs" / "tensorflow"
         package.mkdir(parents=True, exist_ok=True)
         (package / "__init__.py").write_text(
-            STUB_TF.format(version=version, include=str(include), cuda=cuda))
-        return {"toolkit": toolkit, "include": include}
+            STUB_TF.format(version=version, include=str(include), lib=str(lib), cuda=cuda,
+                           abi=abi))
+        return {"toolkit": toolkit, "include": include, "lib": lib}
 
     return make
 
@@ -285,8 +305,10 @@ def test_dry_run_plans_gloo_only_without_a_cuda_tensorflow(machine, capsys, monk
         "  HOROVOD_WITHOUT_PYTORCH=1", "  HOROVOD_WITHOUT_MXNET=1", "  MAKEFLAGS=-j3",
         f"  CXXFLAGS=-I{where['include']}/external/highwayhash "
         f"-I{where['include']}/external/farmhash_archive/src"]
-    assert env[7] == "  unset HOROVOD_GPU_OPERATIONS"
-    assert "--no-deps --no-build-isolation --no-cache-dir" in env[8]
+    # the compiler the tool check found (and the cache key names) is the one CMake uses
+    assert env[7] == f"  CXX={os.environ['PATH']}/g++"
+    assert env[8] == "  unset HOROVOD_GPU_OPERATIONS"
+    assert "--no-deps --no-build-isolation --no-cache-dir" in env[9]
 
 
 def test_dry_run_plans_nccl_with_cuda_tensorflow_nvcc_and_nccl_h(machine, capsys):
@@ -358,3 +380,349 @@ def test_patch_set_applies_to_the_real_sdist(tmp_path):
     assert mpi.count("stream_executor::gpu::AsGpuStreamValue(") == 12  # call sites, untouched
     with pytest.raises(HorovodBuildError, match="already applied"):
         patches.apply_patches(root)
+
+
+# -- the build cache ------------------------------------------------------------
+
+GOOD_WHEEL = "def gloo_built():\n    return True\n\n\ndef nccl_built():\n    return False\n"
+BROKEN_WHEEL = "raise ImportError('undefined symbol: _ZN10tensorflow8OpKernelD2Ev')\n"
+WHEEL = "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+GXX = "g++ (Debian 12.2.0-14) 12.2.0"
+COMPONENTS = ["cache format", "Horovod sdist", "patch set", "TensorFlow distribution",
+              "TensorFlow version", "TensorFlow compile flags", "TensorFlow link flags",
+              "TensorFlow CUDA build", "Python", "platform", "C++ compiler",
+              "C++ compiler --version", "C compiler", "CMake", "GPU", "build variables"]
+
+
+class FakePip:
+    """``build._run_logged``, the way every pip command runs: ``pip wheel``
+    writes ``WHEEL`` holding ``self.wheel`` and exits ``self.build_rc``;
+    ``pip install <x.whl>`` installs the wheel's text as the stub
+    ``horovod.tensorflow`` on PYTHONPATH; other installs (the runtime
+    requirements) do nothing."""
+
+    def __init__(self, stubs, sdist_path, root):
+        self.stubs, self.sdist, self.root = stubs, sdist_path, root
+        self.wheel = GOOD_WHEEL
+        self.build_rc = 0
+        self.commands = []
+
+    def __call__(self, command, log, env=None, cwd=None, verbose=False):
+        self.commands.append(command)
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"$ {' '.join(command)}\n")
+        if command[3] == "wheel":
+            if self.build_rc == 0:
+                directory = Path(command[command.index("--wheel-dir") + 1])
+                directory.mkdir(parents=True, exist_ok=True)
+                (directory / WHEEL).write_text(self.wheel)
+            return self.build_rc
+        if command[-1].endswith(".whl"):
+            package = self.stubs / "horovod"
+            package.mkdir(parents=True, exist_ok=True)
+            (package / "__init__.py").write_text("")
+            (package / "tensorflow.py").write_text(Path(command[-1]).read_text())
+        return 0
+
+    def builds(self):
+        return [command for command in self.commands if command[3] == "wheel"]
+
+    def wheel_installs(self):
+        return [command[-1] for command in self.commands if command[-1].endswith(".whl")]
+
+
+@pytest.fixture
+def fake_build(machine, tools, tmp_path, monkeypatch):
+    """The stub machine (TensorFlow 2.21.0, g++ 12.2.0) with pip faked, a
+    local sdist made of the excerpts (``sdist.verify`` accepts it), the cache
+    in tmp_path/cache (``$KERAS_CAFFE_CACHE``) and temporary build folders
+    in tmp_path/tmp."""
+    machine()
+    _stub(tools, "g++", GXX)
+    members = {f"horovod-0.28.1/{path.relative_to(EXCERPTS).as_posix()}": path.read_bytes()
+               for path in EXCERPTS.rglob("*") if path.is_file()}
+    members["horovod-0.28.1/setup.py"] = b"# the build is faked\n"
+    archive = _tarball(tmp_path / "horovod-0.28.1.tar.gz", members)
+    monkeypatch.setattr(sdist, "verify", lambda path: Path(path))
+    pip = FakePip(tmp_path / "stubs", archive, tmp_path / "cache" / "horovod")
+    monkeypatch.setattr(build, "_run_logged", pip)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return pip
+
+
+def _install(capsys, pip, *extra):
+    """``keras-caffe install-horovod`` on the fake machine: (rc, the lines
+    saying how Horovod was installed, stderr); ``pip.commands`` restarts."""
+    pip.commands.clear()
+    rc = cli.main(["install-horovod", "--sdist", str(pip.sdist), "--jobs", "2", *extra])
+    captured = capsys.readouterr()
+    said = [line for line in captured.out.splitlines() if line.startswith("Horovod 0.28.1: ")]
+    return rc, said, captured.err
+
+
+def _entries(root):
+    return sorted(path.name for path in root.iterdir()) if root.is_dir() else []
+
+
+def _sha256(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_build_is_cached_once_and_the_next_run_installs_it(fake_build, capsys):
+    pip, root = fake_build, fake_build.root
+    rc, said, err = _install(capsys, pip)
+    assert rc == 0, err
+    [key] = _entries(root)  # exactly one entry, no temporary folder left
+    assert said[0] == f"Horovod 0.28.1: no cached build in {root}: building from source"
+    assert re.fullmatch(rf"Horovod 0\.28\.1: built from source in \d+ s; cached as {key} in "
+                        rf"{re.escape(str(root))}", said[1]), said
+    assert len(pip.builds()) == 1
+    assert sorted(os.listdir(root / key)) == ["horovod-0.28.1-cp311-cp311-linux_x86_64.whl",
+                                              "manifest.json"]
+    assert (root / key / WHEEL).read_text() == GOOD_WHEEL
+    built = json.loads((root / key / "manifest.json").read_text())["built"][:10]
+
+    rc, lines, err = cli.main(["install-horovod", "--dry-run"]), *capsys.readouterr()
+    assert rc == 0, err
+    assert (f"cache: {root / key}: a cached build (built {built} with g++ 12.2.0 against "
+            "TensorFlow 2.21.0), installed and checked instead of building (--no-cache builds)"
+            ) in lines.splitlines()
+
+    rc, said, err = _install(capsys, pip)
+    assert rc == 0, err
+    assert pip.builds() == []
+    assert pip.commands[-1] == [sys.executable, "-m", "pip", "install", "--no-deps",
+                                "--no-index", "--force-reinstall", str(root / key / WHEEL)]
+    assert re.fullmatch(rf"Horovod 0\.28\.1: cached build {key} \(built {built} with g\+\+ "
+                        r"12\.2\.0 against TensorFlow 2\.21\.0\) installed in \d+ s", said[0]), said
+    assert len(said) == 1 and _entries(root) == [key]
+
+
+def test_the_manifest_names_each_key_component(fake_build, capsys, tools, tmp_path):
+    root = fake_build.root
+    rc, _, err = _install(capsys, fake_build)
+    assert rc == 0, err
+    [key] = _entries(root)
+    manifest = json.loads((root / key / "manifest.json").read_text())
+    parts = manifest["components"]
+    assert manifest["key"] == key == cache.key_of(parts)
+    assert (manifest["Horovod"], manifest["wheel"]) == ("0.28.1", WHEEL)
+    assert manifest["wheel sha256"] == _sha256(GOOD_WHEEL)
+    assert list(parts) == COMPONENTS
+    assert parts["Horovod sdist"] == f"horovod-0.28.1.tar.gz, sha256 {sdist.SHA256}"
+    assert parts["patch set"] == f"{', '.join(NAMES)}; content sha256 {patches.fingerprint()}"
+    assert parts["TensorFlow distribution"] == "none found"  # a stub, no dist-info
+    assert parts["TensorFlow version"] == "2.21.0 (v2.21.0-0-g0123456789)"
+    # TensorFlow's folder is named, not where this environment keeps it
+    assert parts["TensorFlow compile flags"] == ("-I<tensorflow>/include "
+                                                 "-D_GLIBCXX_USE_CXX11_ABI=1 --std=c++17")
+    assert parts["TensorFlow link flags"] == "-L<tensorflow> -l:libtensorflow_framework.so.2"
+    assert parts["TensorFlow CUDA build"] == "no"
+    assert parts["Python"].startswith(f"{platform.python_version()} cpython, cpython-")
+    assert parts["C++ compiler"] == f"{tools}/g++ ({tools}/g++)"
+    assert parts["C++ compiler --version"] == GXX
+    assert parts["C compiler"] == "none found"  # no cc on the stub PATH
+    assert (parts["CMake"], parts["GPU"]) == ("3.25.1", "Gloo only (no NCCL)")
+    assert parts["build variables"] == (
+        f"CXX={tools}/g++ CXXFLAGS=-I<tensorflow>/include/external/highwayhash "
+        "-I<tensorflow>/include/external/farmhash_archive/src "
+        f"HOROVOD_CUDA_HOME={tmp_path}/cuda HOROVOD_NCCL_INCLUDE={tmp_path}/nccl "
+        "HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 "
+        "HOROVOD_WITH_GLOO=1 HOROVOD_WITH_TENSORFLOW=1")  # not MAKEFLAGS: -j changes nothing
+    rc, lines, err = cli.main(["install-horovod", "--dry-run"]), *capsys.readouterr()
+    lines = lines.splitlines()
+    start = lines.index(f"cache key {key}: the sha256 of")
+    assert lines[start + 1:] == [f"  {name}: {value}" for name, value in parts.items()]
+
+
+def test_the_key_changes_with_each_component_and_only_then(machine, tools, tmp_path,
+                                                          monkeypatch):
+    machine()
+    _stub(tools, "g++", GXX)
+
+    def plan(gpu="auto", jobs=2, **variables):
+        return build.make_plan(gpu=gpu, jobs=jobs, environ=dict(os.environ, **variables))
+
+    base = plan()
+    key = base.key
+    assert cache.key_of(cache.components(base)) == key
+    # the same build: again, other jobs, variables that change no binary, and the
+    # same TensorFlow installed in another folder
+    assert [plan().key, plan(jobs=7).key, plan(OMP_NUM_THREADS="3").key,
+            plan(CMAKE_BUILD_PARALLEL_LEVEL="5").key] == [key] * 4
+    elsewhere = tmp_path / "other-venv" / "tensorflow"
+    for relative in ("external/highwayhash", "external/farmhash_archive/src"):
+        (elsewhere / "include" / relative).mkdir(parents=True)
+    (tmp_path / "stubs" / "tensorflow" / "__init__.py").write_text(STUB_TF.format(
+        version="2.21.0", include=str(elsewhere / "include"), lib=str(elsewhere), cuda=False,
+        abi=1))
+    assert plan().key == key
+    first = patches.PATCHES[0]
+    reworded = (dataclasses.replace(first, why="other words"), *patches.PATCHES[1:])
+    assert cache.key_of(cache.components(base, patch_set=reworded)) == key
+
+    def other(**changes):
+        return cache.key_of(cache.components(base, **changes))
+
+    def tensorflow(**changes):
+        return other_plan(tensorflow=dataclasses.replace(base.tensorflow, **changes))
+
+    def other_plan(**changes):
+        return cache.key_of(cache.components(dataclasses.replace(base, **changes)))
+
+    edited = dataclasses.replace(first, edits=(dataclasses.replace(
+        first.edits[0], new=first.edits[0].new + "// one more line\n"),))
+    python = cache.python_identity()
+    keys = {
+        "sdist sha256": other(sdist_sha256="0" * 64),
+        "patch content": other(patch_set=(edited, *patches.PATCHES[1:])),
+        "patch set": other(patch_set=patches.PATCHES[:-1]),
+        "Python": other(python={**python, "Python": "3.12.3 cpython, cpython-312-x86_64-linux-gnu"}),
+        "platform": other(python={**python, "platform": "linux-aarch64, glibc 2.36"}),
+        "TensorFlow distribution": tensorflow(distributions=("tensorflow-cpu 2.21.0",)),
+        "TensorFlow link flags": tensorflow(link_flags=("-L/x", "-ltensorflow_framework")),
+        "TensorFlow git version": tensorflow(git_version="v2.21.0-1-gfedcba9876"),
+    }
+    machine("2.20.0")
+    keys["TensorFlow version"] = plan().key
+    machine(abi=0)
+    keys["CXX11 ABI"] = plan().key
+    machine(cuda=True)
+    keys["CUDA TensorFlow, NCCL"] = plan().key
+    keys["CUDA TensorFlow, --gpu none"] = plan(gpu="none").key
+    machine()
+    _stub(tools, "g++", "g++ (Debian 12.3.0-1) 12.3.0")
+    keys["compiler version"] = plan().key
+    _stub(tools, "g++", GXX)
+    _stub(tmp_path / "bin2", "g++", GXX)  # the same output, another compiler
+    keys["compiler path"] = plan(CXX=str(tmp_path / "bin2" / "g++")).key
+    _stub(tools, "cc", "cc (Debian 12.2.0-14) 12.2.0")
+    keys["C compiler"] = plan().key
+    (tools / "cc").unlink()
+    _stub(tools, "cmake", "cmake version 3.28.3")
+    keys["cmake version"] = plan().key
+    _stub(tools, "cmake", "cmake version 3.25.1")
+    keys["CXXFLAGS"] = plan(CXXFLAGS="-O3").key
+    keys["LDFLAGS"] = plan(LDFLAGS="-fuse-ld=gold").key
+    keys["HOROVOD_BUILD_ARCH_FLAGS"] = plan(HOROVOD_BUILD_ARCH_FLAGS="-mavx2").key
+    keys["CMAKE_POLICY_VERSION_MINIMUM"] = plan(CMAKE_POLICY_VERSION_MINIMUM="3.5").key
+    assert plan().key == key  # the machine as it was
+    assert key not in keys.values(), [name for name, value in keys.items() if value == key]
+    assert len(set(keys.values())) == len(keys)
+
+
+def test_a_miss_names_what_differs_from_the_nearest_entry(fake_build, machine, capsys):
+    rc, _, err = _install(capsys, fake_build)
+    assert rc == 0, err
+    [key] = _entries(fake_build.root)
+    machine("2.20.0")
+    rc, said, err = _install(capsys, fake_build)
+    assert rc == 0, err
+    assert said[0] == (f"Horovod 0.28.1: no cached build for this key; the nearest, {key}, "
+                       "differs in TensorFlow version: building from source")
+    assert len(fake_build.builds()) == 1 and len(_entries(fake_build.root)) == 2
+
+
+def test_a_half_written_entry_is_never_used(fake_build, capsys):
+    pip, root = fake_build, fake_build.root
+    rc, _, err = _install(capsys, pip)
+    assert rc == 0, err
+    [key] = _entries(root)
+    # a store interrupted before its rename: complete content, in its temporary folder
+    temp = root / f".tmp-{key}-interrupted"
+    os.rename(root / key, temp)
+    rc, said, err = _install(capsys, pip)
+    assert rc == 0, err
+    assert said[0] == f"Horovod 0.28.1: no cached build in {root}: building from source"
+    assert len(pip.builds()) == 1 and _entries(root) == [temp.name, key]
+    # a folder under the key's name with half of an entry is removed, never used
+    (root / key / "manifest.json").unlink()
+    rc, said, err = _install(capsys, pip)
+    assert said[0] == (f"Horovod 0.28.1: cached build {key} is incomplete (no manifest.json): "
+                       "removed; building from source")
+    assert len(pip.builds()) == 1 and _entries(root) == [temp.name, key]
+    with open(root / key / WHEEL, "a") as wheel:
+        wheel.write("# truncated, or changed\n")
+    rc, said, err = _install(capsys, pip)
+    assert said[0] == (f"Horovod 0.28.1: cached build {key} is incomplete ({WHEEL}'s sha256 "
+                       "differs from the manifest's): removed; building from source")
+    assert len(pip.builds()) == 1
+    # a day later the interrupted store's folder is removed
+    old = time.time() - 2 * cache.STALE_SECONDS
+    os.utime(temp, (old, old))
+    rc, _, err = _install(capsys, pip, "--no-cache")
+    assert rc == 0, err
+    assert _entries(root) == [key]
+
+
+def test_a_store_that_fails_midway_leaves_no_entry(fake_build, capsys, monkeypatch):
+    pip, root = fake_build, fake_build.root
+
+    def full_disk(path, directory=False):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cache, "_fsync", full_disk)  # after the wheel and manifest are written
+        rc, said, err = _install(capsys, pip)
+    assert rc == 0, err  # Horovod is installed all the same
+    assert re.fullmatch(r"Horovod 0\.28\.1: built from source in \d+ s; warning: not cached "
+                        r"\(\[Errno 28\] No space left on device\)", said[1]), said
+    assert _entries(root) == []  # neither an entry nor its temporary folder
+    rc, said, err = _install(capsys, pip)
+    assert said[0] == f"Horovod 0.28.1: no cached build in {root}: building from source"
+    assert len(pip.builds()) == 1 and len(_entries(root)) == 1
+
+
+def test_a_cached_build_that_fails_its_check_is_removed_and_rebuilt(fake_build, capsys):
+    pip, root = fake_build, fake_build.root
+    rc, _, err = _install(capsys, pip)
+    assert rc == 0, err
+    [key] = _entries(root)
+    # a consistent entry (its wheel has the manifest's sha256) that no longer
+    # imports: only the check tells
+    (root / key / WHEEL).write_text(BROKEN_WHEEL)
+    manifest = json.loads((root / key / "manifest.json").read_text())
+    manifest["wheel sha256"] = _sha256(BROKEN_WHEEL)
+    (root / key / "manifest.json").write_text(json.dumps(manifest))
+    rc, said, err = _install(capsys, pip)
+    assert rc == 0, err
+    assert said[0] == (
+        f"Horovod 0.28.1: cached build {key} (built {manifest['built'][:10]} with g++ 12.2.0 "
+        "against TensorFlow 2.21.0) failed its check (Horovod installed but `import "
+        "horovod.tensorflow` fails or reports no Gloo: ImportError: undefined symbol: "
+        "_ZN10tensorflow8OpKernelD2Ev): removed; building from source")
+    installs = pip.wheel_installs()
+    assert installs[0] == str(root / key / WHEEL) and len(installs) == 2
+    assert len(pip.builds()) == 1
+    assert _entries(root) == [key] and (root / key / WHEEL).read_text() == GOOD_WHEEL
+
+
+def test_no_cache_builds_and_replaces_the_entry(fake_build, capsys):
+    pip, root = fake_build, fake_build.root
+    rc, _, err = _install(capsys, pip)
+    assert rc == 0, err
+    [key] = _entries(root)
+    pip.wheel = GOOD_WHEEL + "# built again\n"
+    rc, said, err = _install(capsys, pip, "--no-cache")
+    assert rc == 0, err
+    assert said[0] == f"Horovod 0.28.1: --no-cache: building from source (then cached as {key})"
+    assert said[1].endswith(f"cached as {key} in {root}")
+    [built] = pip.wheel_installs()  # the new wheel, from the build folder
+    assert len(pip.builds()) == 1 and built.endswith(f"/wheel/{WHEEL}")
+    assert _entries(root) == [key] and (root / key / WHEEL).read_text() == pip.wheel
+
+
+def test_a_failed_build_stores_nothing(fake_build, capsys):
+    pip, root = fake_build, fake_build.root
+    pip.build_rc = 1
+    rc, _, err = _install(capsys, pip)
+    assert rc == 2 and "keras-caffe: error: the Horovod build failed" in err
+    assert _entries(root) == []
+    pip.build_rc, pip.wheel = 0, BROKEN_WHEEL  # it compiles, but does not import
+    rc, _, err = _install(capsys, pip)
+    assert rc == 2
+    assert err.endswith("keras-caffe: error: Horovod installed but `import horovod.tensorflow` "
+                        "fails or reports no Gloo: ImportError: undefined symbol: "
+                        "_ZN10tensorflow8OpKernelD2Ev\n")
+    assert _entries(root) == []

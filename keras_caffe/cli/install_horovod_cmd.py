@@ -18,13 +18,22 @@ def _arguments(parser):
     parser.add_argument("--keep-build-dir", action="store_true",
                         help="keep the temporary build directory (always kept on failure)")
     parser.add_argument("--verbose", action="store_true", help="show the compiler's output")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="build from source even when a cached build matches (the new "
+                             "build is cached all the same)")
+    parser.add_argument("--cache-dir", metavar="DIR",
+                        help="keep verified builds in DIR/horovod/<key>/ (default: "
+                             "$KERAS_CAFFE_CACHE, else ~/.cache/keras-caffe)")
 
 
 @command("install-horovod", help="build Horovod 0.28.1 (Gloo) against the installed TensorFlow",
          description="Download Horovod 0.28.1's sdist, check its sha256, apply keras-caffe's "
                      "patches and build it into this Python against the TensorFlow installed "
                      "here (2.16 to 2.21), with Gloo (and NCCL when TensorFlow, a CUDA "
-                     "toolkit and nccl.h are there). TensorFlow is never reinstalled.",
+                     "toolkit and nccl.h are there). TensorFlow is never reinstalled. A "
+                     "verified build is cached under a key of all that shapes the binary "
+                     "(TensorFlow, compiler, Python, patches, flags) and reused, after the "
+                     "same check, when they all match.",
          arguments=_arguments)
 def run(args):
     from keras_caffe import horovod_build

@@ -18,28 +18,37 @@ or a clear error), into the running interpreter, never touching TensorFlow:
    HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-jN`` (``HOROVOD_GPU_OPERATIONS=NCCL``
    when ``choose_gpu`` says so).
 5. ``import horovod.tensorflow as hvd; hvd.gloo_built()`` in a fresh process.
+6. ``cache.BuildCache.store``: the checked wheel kept under
+   ``~/.cache/keras-caffe/horovod/<key>/`` (``--cache-dir``,
+   ``$KERAS_CAFFE_CACHE``), the key a hash of all that shapes the binary
+   (``cache.components``). The next run with the same key installs that wheel
+   and runs step 5 instead of steps 3-4; ``--no-cache`` builds anyway.
 
 Reference: https://horovod.readthedocs.io/en/stable/install_include.html;
 docs/horovod.md says what each patch does and what is tested.
 """
 
 from keras_caffe.horovod_build.build import describe, make_plan, run_plan
+from keras_caffe.horovod_build.cache import BuildCache
 from keras_caffe.horovod_build.patches import PATCHES, apply_patches
 from keras_caffe.horovod_build.sdist import SHA256, VERSION
 
-__all__ = ["PATCHES", "SHA256", "VERSION", "apply_patches", "describe", "make_plan",
-           "run_plan", "main"]
+__all__ = ["PATCHES", "SHA256", "VERSION", "BuildCache", "apply_patches", "describe",
+           "make_plan", "run_plan", "main"]
 
 
 def main(args, say=print):
     """The CLI command: ``args`` from ``keras-caffe install-horovod``'s parser."""
     plan = make_plan(args.sdist, gpu=args.gpu, jobs=args.jobs,
                      allow_untested=args.any_tensorflow)
-    for line in describe(plan):
+    build_cache = BuildCache.at(getattr(args, "cache_dir", None))
+    use_cache = not getattr(args, "no_cache", False)
+    for line in describe(plan, build_cache, use_cache):
         say(line)
     if args.dry_run:
         return 0
-    run_plan(plan, keep=args.keep_build_dir, verbose=args.verbose, say=say)
+    run_plan(plan, keep=args.keep_build_dir, verbose=args.verbose, say=say,
+             build_cache=build_cache, use_cache=use_cache)
     say(f"Horovod {VERSION} installed; try: horovodrun -np 2 -H localhost:2 --gloo "
         "keras-caffe train --solver solver.prototxt")
     return 0

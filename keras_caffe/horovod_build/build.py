@@ -1,12 +1,17 @@
 """The build: plan it (``make_plan``, all that ``--dry-run`` prints), then run
-it (``run_plan``): sdist -> verified -> unpacked into a fresh temporary
-directory -> patched -> ``pip install --no-deps --no-build-isolation
---no-cache-dir`` into this interpreter -> ``horovod.tensorflow`` imported in a
-fresh process, which must report Gloo (and NCCL when planned).
+it (``run_plan``): a cached build whose key matches the plan's
+(``cache.py``), installed and checked; else sdist -> verified -> unpacked
+into a fresh temporary directory -> patched -> ``pip wheel --no-deps
+--no-build-isolation --no-cache-dir`` -> that wheel ``pip install``-ed into
+this interpreter -> ``horovod.tensorflow`` imported in a fresh process, which
+must report Gloo (and NCCL when planned) -> the wheel kept in the cache.
 
 ``--no-deps`` and ``--no-build-isolation``: pip never installs, upgrades or
 replaces the user's TensorFlow, and Horovod compiles against it.
-``--no-cache-dir``: no wheel built against another TensorFlow is reused.
+``--no-cache-dir``: pip's own cache, whose key knows nothing of TensorFlow,
+is never used; keras-caffe's cache is keyed on all that shapes the binary.
+``CXX`` is set to the compiler the tool check found, so the build compiles
+with the compiler the key names (CMake would otherwise pick ``c++``).
 """
 
 import os
@@ -14,11 +19,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from keras_caffe.errors import HorovodBuildError
-from keras_caffe.horovod_build import patches, sdist, target, toolchain
+from keras_caffe.horovod_build import cache, patches, sdist, target, toolchain
 
 #: The build's fixed variables: TensorFlow and Gloo, nothing else.
 FIXED = {"HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1",
@@ -44,6 +50,9 @@ class Plan:
     jobs: int
     sdist: str = None
     warnings: list = field(default_factory=list)
+    #: the build cache's key and what it is the hash of (``cache.components``)
+    key: str = None
+    components: dict = None
 
     def environment(self, base=None):
         """The build's environment: ``base`` (os.environ) with ``unset``
@@ -70,11 +79,12 @@ def _cxxflags(info, environ):
     return " ".join(flag for flag in flags if flag)
 
 
-def _variables(info, gpu, jobs, environ):
+def _variables(info, tools, gpu, jobs, environ):
     variables = dict(FIXED, MAKEFLAGS=f"-j{jobs}")
     cxxflags = _cxxflags(info, environ)
     if cxxflags:
         variables["CXXFLAGS"] = cxxflags
+    variables["CXX"] = tools.compiler
     if gpu.nccl:
         variables.update(HOROVOD_GPU_OPERATIONS="NCCL", HOROVOD_CUDA_HOME=gpu.cuda_home)
     return variables
@@ -92,12 +102,16 @@ def make_plan(sdist_path=None, gpu="auto", jobs=None, allow_untested=False, envi
     choice = target.choose_gpu(info, gpu, environ)
     jobs = jobs or default_jobs()
     unset = [] if choice.nccl else [k for k in target.GPU_VARIABLES if k in environ]
-    return Plan(info, tools, choice, _variables(info, choice, jobs, environ), unset, jobs,
+    plan = Plan(info, tools, choice, _variables(info, tools, choice, jobs, environ), unset, jobs,
                 sdist_path and str(sdist_path), [warning] if warning else [])
+    plan.components = cache.components(plan, environ)
+    plan.key = cache.key_of(plan.components)
+    return plan
 
 
-def describe(plan):
-    """The plan as the lines ``--dry-run`` prints."""
+def describe(plan, build_cache=None, use_cache=True):
+    """The plan as the lines ``--dry-run`` prints; with ``build_cache``, the
+    entry it would use or store and the key's components."""
     tools = plan.tools
     lines = [f"TensorFlow {plan.tensorflow.version} ({sys.executable}; headers "
              f"{plan.tensorflow.include})",
@@ -111,14 +125,36 @@ def describe(plan):
               for patch in patches.PATCHES]
     lines += ["environment:"] + [f"  {k}={v}" for k, v in plan.variables.items()]
     lines += [f"  unset {k}" for k in plan.unset]
-    lines += [f"then: {' '.join(pip_install_command('<patched source>'))}",
+    lines += [f"then: {' '.join(pip_wheel_command('<patched source>', '<wheel dir>'))}",
+              f"then: {' '.join(pip_install_wheel_command('<the wheel>'))}",
               f"then: {sys.executable} -c \"{CHECK}\""]
+    if build_cache is not None:
+        entry, _ = build_cache.lookup(plan.key)
+        where = build_cache.root / plan.key
+        if entry is not None and use_cache:
+            lines.append(f"cache: {where}: a cached build ({entry.summary()}), installed "
+                         "and checked instead of building (--no-cache builds)")
+        elif entry is not None:
+            lines.append(f"cache: {where}: --no-cache: built anyway, then it replaces the "
+                         "cached build there")
+        else:
+            lines.append(f"cache: {where}: none yet; the verified build is kept there")
+        lines.append(f"cache key {plan.key}: the sha256 of")
+        lines += [f"  {name}: {value}" for name, value in plan.components.items()]
     return plan.warnings + lines
 
 
-def pip_install_command(source):
-    return [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-            "--no-cache-dir", str(source)]
+def pip_wheel_command(source, wheel_dir):
+    return [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+            "--no-cache-dir", "--wheel-dir", str(wheel_dir), str(source)]
+
+
+def pip_install_wheel_command(wheel):
+    """Install a built or cached wheel: no dependency, no index, and over
+    whatever Horovod is installed (the same version built for another
+    TensorFlow)."""
+    return [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+            "--force-reinstall", str(wheel)]
 
 
 def _run_logged(command, log, env=None, cwd=None, verbose=False):
@@ -158,29 +194,43 @@ def _verify(plan, env):
     return built
 
 
-def run_plan(plan, keep=False, verbose=False, say=print):
-    """Build and install Horovod as ``plan`` says; the patch names applied.
+def run_plan(plan, keep=False, verbose=False, say=print, build_cache=None, use_cache=True):
+    """Install Horovod as ``plan`` says; ``"cache"`` or ``"source"``, which
+    way it was installed.
 
+    With ``build_cache`` (and ``use_cache``), its entry for ``plan.key`` is
+    installed and checked as a fresh build is; an entry that fails is
+    removed. Otherwise (or then) Horovod is built from source and, once
+    checked, its wheel is stored in ``build_cache``. One line says which.
     Works in a fresh temporary directory, removed on success and kept (its
     ``build.log`` named in the error) on failure or with ``keep``.
     """
+    start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="keras-caffe-horovod-"))
     log = work / "build.log"
     env = plan.environment()
     try:
-        archive = sdist.verify(plan.sdist) if plan.sdist else sdist.download(work)
-        say(f"sdist {archive}: sha256 verified")
-        source = sdist.unpack(archive, work / "src")
-        applied = patches.apply_patches(source)
-        say(f"patches applied: {', '.join(applied)}")
-        _install(RUNTIME_REQUIREMENTS, log, verbose)
-        say(f"building Horovod {sdist.VERSION} against TensorFlow {plan.tensorflow.version} "
-            f"with {plan.jobs} jobs (log: {log})")
-        if _run_logged(pip_install_command(source), log, env=env, cwd=work, verbose=verbose):
-            print(_tail(log), file=sys.stderr)
-            raise HorovodBuildError(f"the Horovod build failed (its end above); the log: {log}")
-        built = _verify(plan, env)
-        say(f"horovod.tensorflow imports: gloo_built={built['gloo']} nccl_built={built['nccl']}")
+        if build_cache is not None and not use_cache:
+            say(f"Horovod {sdist.VERSION}: --no-cache: building from source (then cached as "
+                f"{plan.key})")
+        elif build_cache is not None and _from_cache(plan, build_cache, env, log, verbose,
+                                                     say, start):
+            return "cache"
+        _build(plan, work, log, env, verbose, say)
+        seconds = time.monotonic() - start
+        if build_cache is None:
+            say(f"Horovod {sdist.VERSION}: built from source in {cache.elapsed(seconds)}")
+            return "source"
+        try:
+            entry = build_cache.store(plan.key, plan.components, _wheel(work / "wheel"),
+                                      seconds, replace=not use_cache)
+        except OSError as err:
+            say(f"Horovod {sdist.VERSION}: built from source in {cache.elapsed(seconds)}; "
+                f"warning: not cached ({err})")
+        else:
+            say(f"Horovod {sdist.VERSION}: built from source in {cache.elapsed(seconds)}; "
+                f"cached as {entry.key} in {build_cache.root}")
+        return "source"
     except BaseException:
         keep = True
         raise
@@ -189,7 +239,65 @@ def run_plan(plan, keep=False, verbose=False, say=print):
             say(f"build directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    return applied
+
+
+def _from_cache(plan, build_cache, env, log, verbose, say, start):
+    """Install and check ``plan.key``'s cached build; False (said why) when
+    there is none or it fails, which removes it."""
+    version = sdist.VERSION
+    entry, problem = build_cache.lookup(plan.key)
+    if entry is None:
+        if problem:
+            build_cache.remove(plan.key)
+            say(f"Horovod {version}: cached build {plan.key} is incomplete ({problem}): "
+                "removed; building from source")
+        else:
+            say(f"Horovod {version}: {build_cache.why_missing(plan.components)}: "
+                "building from source")
+        return False
+    _install(RUNTIME_REQUIREMENTS, log, verbose)
+    try:
+        if _run_logged(pip_install_wheel_command(entry.wheel), log, env=env, verbose=verbose):
+            raise HorovodBuildError(f"pip install {entry.wheel.name} failed (log: {log})")
+        _verify(plan, env)
+    except HorovodBuildError as err:
+        build_cache.remove(plan.key)
+        say(f"Horovod {version}: cached build {plan.key} ({entry.summary()}) failed its "
+            f"check ({err}): removed; building from source")
+        return False
+    say(f"Horovod {version}: cached build {plan.key} ({entry.summary()}) installed in "
+        f"{cache.elapsed(time.monotonic() - start)}")
+    return True
+
+
+def _build(plan, work, log, env, verbose, say):
+    """Build the wheel from source in ``work``, install it, check it."""
+    archive = sdist.verify(plan.sdist) if plan.sdist else sdist.download(work)
+    say(f"sdist {archive}: sha256 verified")
+    source = sdist.unpack(archive, work / "src")
+    applied = patches.apply_patches(source)
+    say(f"patches applied: {', '.join(applied)}")
+    _install(RUNTIME_REQUIREMENTS, log, verbose)
+    say(f"building Horovod {sdist.VERSION} against TensorFlow {plan.tensorflow.version} "
+        f"with {plan.jobs} jobs (log: {log})")
+    if _run_logged(pip_wheel_command(source, work / "wheel"), log, env=env, cwd=work,
+                   verbose=verbose):
+        print(_tail(log), file=sys.stderr)
+        raise HorovodBuildError(f"the Horovod build failed (its end above); the log: {log}")
+    wheel = _wheel(work / "wheel")
+    if _run_logged(pip_install_wheel_command(wheel), log, env=env, cwd=work, verbose=verbose):
+        print(_tail(log), file=sys.stderr)
+        raise HorovodBuildError(f"pip install {wheel.name} failed (its end above); the log: {log}")
+    built = _verify(plan, env)
+    say(f"horovod.tensorflow imports: gloo_built={built['gloo']} nccl_built={built['nccl']}")
+
+
+def _wheel(directory):
+    wheels = sorted(Path(directory).glob("horovod-*.whl"))
+    if len(wheels) != 1:
+        raise HorovodBuildError(f"pip wheel left {len(wheels)} Horovod wheels in {directory}, "
+                                "expected one")
+    return wheels[0]
 
 
 def _install(requirements, log, verbose):

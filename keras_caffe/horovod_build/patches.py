@@ -28,6 +28,8 @@ conda-forge's horovod-feedstock recipe patches the same problems; these
 edits are keras-caffe's own, written against the sdist's text.
 """
 
+import hashlib
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -151,6 +153,16 @@ CUDA_STANDARD = Patch(
 
 #: The set `keras-caffe install-horovod` applies, in order.
 PATCHES = (XLA_BUILDER, ABSL_STATUSOR, GPU_STREAM, GCC13_HEADERS, CUDA_STANDARD)
+
+
+def fingerprint(patches=PATCHES):
+    """sha256 of what the patch set does to the source: each patch's name and
+    every edit's file, old and new text, in order (not the ``why`` prose).
+    The build cache's key (``cache.components``) holds it, so a changed edit
+    never reuses a build made with the old one."""
+    content = [[patch.name, patch.gpu_only, [[edit.path, edit.old, edit.new]
+                                             for edit in patch.edits]] for patch in patches]
+    return hashlib.sha256(json.dumps(content).encode("utf-8")).hexdigest()
 
 
 def _label(patch, index):

@@ -34,12 +34,39 @@ GPU_VARIABLES = ("HOROVOD_GPU", "HOROVOD_GPU_OPERATIONS", "HOROVOD_GPU_ALLREDUCE
                  "HOROVOD_GPU_ALLGATHER", "HOROVOD_GPU_BROADCAST", "HOROVOD_GPU_ALLTOALL",
                  "HOROVOD_GPU_REDUCESCATTER")
 
+#: What the build compiles against, asked of TensorFlow in a fresh process:
+#: besides the version and headers, what the build cache's key
+#: (``cache.components``) needs: the distribution(s) installing the
+#: ``tensorflow`` package (``tensorflow``, ``tensorflow-cpu``, ...), the git
+#: version, and the compile and link flags (the C++11 ABI, the C++ standard,
+#: Eigen's alignment), with ``lib``, TensorFlow's own folder, to tell its path
+#: from the flags' meaning.
 PROBE = """
 import json, tensorflow as tf
 info = tf.sysconfig.get_build_info()
+def owners():  # the installed distributions whose files hold the tensorflow imported
+    import os, re
+    from importlib import metadata
+    here = os.path.realpath(tf.__file__)
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if (re.search(r"tensorflow|tf[-_]nightly", name, re.I)
+                and re.search(r"^tensorflow/__init__\.py,", dist.read_text("RECORD") or "", re.M)
+                and os.path.realpath(dist.locate_file("tensorflow/__init__.py")) == here):
+            yield f"{name} {dist.version}"
+try:
+    distributions = sorted(set(owners()))
+except Exception:  # metadata that does not parse: the key names no distribution
+    distributions = []
+flags = lambda name: list(getattr(tf.sysconfig, name, lambda: [])())
 print(json.dumps({"version": tf.version.VERSION, "include": tf.sysconfig.get_include(),
                   "cuda": bool(info.get("is_cuda_build")),
-                  "cuda_version": info.get("cuda_version")}))
+                  "cuda_version": info.get("cuda_version"),
+                  "git_version": getattr(tf.version, "GIT_VERSION", None),
+                  "lib": getattr(tf.sysconfig, "get_lib", lambda: None)(),
+                  "compile_flags": flags("get_compile_flags"),
+                  "link_flags": flags("get_link_flags"),
+                  "distributions": distributions}))
 """
 
 
@@ -49,6 +76,11 @@ class TensorFlowInfo:
     include: str
     cuda: bool
     cuda_version: object = None
+    git_version: str = None
+    lib: str = None
+    compile_flags: tuple = ()
+    link_flags: tuple = ()
+    distributions: tuple = ()
 
     @property
     def release(self):
@@ -63,6 +95,7 @@ class GpuChoice:
     nccl: bool
     reason: str
     cuda_home: str = None
+    nccl_include: str = None
 
 
 def probe_tensorflow(python=None, environ=None):
@@ -77,7 +110,10 @@ def probe_tensorflow(python=None, environ=None):
         raise HorovodBuildError(
             f"TensorFlow does not import in {python or sys.executable} ({error}): "
             "install TensorFlow first, Horovod compiles against it")
-    return TensorFlowInfo(**json.loads(lines[-1]))
+    fields = json.loads(lines[-1])
+    for name in ("compile_flags", "link_flags", "distributions"):
+        fields[name] = tuple(fields[name])
+    return TensorFlowInfo(**fields)
 
 
 def _dotted(release):
@@ -134,14 +170,15 @@ def choose_gpu(info, mode="auto", environ=None):
         return GpuChoice(False, "Gloo only: --gpu none")
     environ = os.environ if environ is None else environ
     cuda_home = find_cuda_home(environ)
+    nccl_include = find_nccl_header(environ, cuda_home)
     missing = [what for what, ok in (
         (f"TensorFlow {info.version} is not a CUDA build", info.cuda),
         ("no CUDA toolkit (nvcc) found", cuda_home),
-        ("nccl.h not found (set HOROVOD_NCCL_HOME)", find_nccl_header(environ, cuda_home)),
+        ("nccl.h not found (set HOROVOD_NCCL_HOME)", nccl_include),
     ) if not ok]
     if not missing:
         return GpuChoice(True, f"NCCL: TensorFlow is a CUDA build, CUDA toolkit {cuda_home}, "
-                               "nccl.h found", cuda_home)
+                               "nccl.h found", cuda_home, nccl_include)
     if mode == "nccl":
         raise HorovodBuildError(f"--gpu nccl: {'; '.join(missing)}")
     return GpuChoice(False, f"Gloo only (no NCCL): {'; '.join(missing)}")

@@ -24,10 +24,20 @@ APT_PACKAGES = {"cmake": "cmake", "make": "make", "g++": "g++", "Python.h": "pyt
 
 @dataclass(frozen=True)
 class Toolchain:
+    """``compiler``: the C++ compiler's path (``$CXX`` or ``g++`` on PATH),
+    which the build passes on as ``CXX`` so that CMake compiles with exactly
+    it; ``compiler_version``: its ``--version`` output (``version_text``).
+    ``c_compiler``: ``$CC`` or ``cc`` on PATH (or None), which CMake finds for
+    the bundled gloo (``project(gloo CXX C)``). The build cache's key names
+    both (``cache.components``)."""
+
     cmake: str
     cmake_version: tuple
     compiler: str
     python_include: str
+    compiler_version: str = ""
+    c_compiler: str = None
+    c_compiler_version: str = ""
 
 
 def cmake_version(cmake):
@@ -39,6 +49,17 @@ def cmake_version(cmake):
         return None
     match = re.search(r"version\s+(\d+)\.(\d+)(?:\.(\d+))?", out)
     return tuple(int(part or 0) for part in match.groups()) if match else None
+
+
+def version_text(program):
+    """``program --version``'s output (stdout and stderr), its non-empty lines
+    stripped and joined with `` | ``; None when it does not run."""
+    try:
+        result = subprocess.run([program, "--version"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return " | ".join(line.strip() for line in result.stdout.splitlines() if line.strip())
 
 
 def _dotted(version):
@@ -80,4 +101,9 @@ def check(environ=None):
     problem = _cmake_problem(version, environ)
     if problem:
         raise HorovodBuildError(problem)
-    return Toolchain(cmake, version, compiler, include)
+    compiler_version = version_text(compiler)
+    if compiler_version is None:
+        raise HorovodBuildError(f"{compiler} --version does not run: apt-get install -y g++")
+    c_compiler = shutil.which(environ.get("CC") or "cc", path=path)
+    return Toolchain(cmake, version, compiler, include, compiler_version, c_compiler,
+                     (c_compiler and version_text(c_compiler)) or "")
