@@ -1,8 +1,8 @@
-"""YellowFin's "no tuning" claim: the table for the issue note.
+"""YellowFin's "no tuning" claim: the table for the issue note, and its check.
 
     python benchmarks/yellowfin_no_tuning.py [--steps 1000] [--batch 32] [--samples N]
-                                             [--seeds 0] [--tasks cnn lstm]
-                                             [--yf lr_factor=2 ...]
+                                             [--seeds 0,1,2] [--tasks cnn lstm]
+                                             [--yf lr_factor=2 ...] [--check]
 
 On each task (a small CNN on seeded Gabor-patch images, a small LSTM on a
 seeded order-2 Markov chain), trains ``keras_caffe.YellowFin()`` with its
@@ -11,13 +11,23 @@ defaults, momentum SGD (mu 0.9) at lr 0.001, 0.01, 0.1, 1 and Adam at lr
 and prints each run's training loss (the mean over the last tenth of the
 steps), YellowFin's final rate and momentum, and whether YellowFin is within
 10% of each family's best (``yf <= 1.1 * best``). The experiment is
-tests/yellowfin_tasks.py, the code tests/test_yellowfin_no_tuning.py checks at
-the default size. ``--yf NAME=VALUE`` passes arguments to YellowFin (to see
-what it would take where the defaults fall short; the claim is about the
+tests/yellowfin_tasks.py (tests/test_yellowfin_no_tuning.py runs it at a tiny
+size as a smoke test). ``--yf NAME=VALUE`` passes arguments to YellowFin (to
+see what it would take where the defaults fall short; the claim is about the
 defaults).
+
+``--check`` (``make verify-claims``: ``--seeds 0,1,2 --check`` at the default
+size) makes the claim a check: after the tables, every failure of
+``yellowfin_tasks.claim_failures`` on every task and seed (YellowFin within
+10% of each family's best; the task learned, below 0.6 x chance, and needing
+tuning, a grid rate above 0.95 x chance; YellowFin's rate above 1e-3 and its
+momentum in (0.05, 1) at the end of each tenth) is printed and the exit status
+is 1; 0 when the claim holds everywhere. Claim, command and last results:
+docs/claims.md.
 """
 
 import argparse
+import datetime
 import math
 import os
 import sys
@@ -100,19 +110,33 @@ def option_value(parser, item, text):
     return parser.error(f"--yf {item}: the value must be a number, True or False")
 
 
-def main():
+def seed_list(text):
+    """``--seeds``: integers separated by commas (``0,1,2``)."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are integers separated by commas, got {text!r}")
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=experiment.STEPS,
                         help="steps per run (multiple of 10)")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--samples", type=int, default=None,
                         help="training set size (default: steps x batch, one pass)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
-                        help="data, initialisation and batch-order seeds")
+    parser.add_argument("--seeds", type=seed_list, nargs="+", default=[[0]],
+                        help="data, initialisation and batch-order seeds (0,1,2 or 0 1 2)")
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
     parser.add_argument("--yf", nargs="+", default=[], metavar="NAME=VALUE",
                         help="YellowFin arguments (numbers or True/False); default: none")
-    args = parser.parse_args()
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 unless the claim holds on every task and seed "
+                             "(yellowfin_tasks.claim_failures)")
+    args = parser.parse_args(argv)
+    args.seeds = [seed for group in args.seeds for seed in group]
+    if args.check and args.yf:
+        parser.error("--check: the claim is about YellowFin's defaults; leave out --yf")
     yellowfin = {}
     for item in args.yf:
         name, _, value = item.partition("=")
@@ -125,9 +149,12 @@ def main():
         parser.error(f"--yf: {err}")
     if args.steps <= 0 or args.steps % experiment.WINDOWS:
         parser.error(f"--steps must be a positive multiple of {experiment.WINDOWS}")
-    console.print(f"{os.cpu_count()} CPUs, XLA; training loss = mean over the last "
-                  f"{args.steps // experiment.WINDOWS} steps")
-    verdicts = []
+    console.print(f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; "
+                  f"{experiment.machine()}")
+    console.print(f"XLA; training loss = mean over the last "
+                  f"{args.steps // experiment.WINDOWS} steps; seeds "
+                  f"{','.join(map(str, args.seeds))}")
+    verdicts, failures = [], []
     start = time.perf_counter()
     for seed in args.seeds:
         for name in args.tasks:
@@ -139,9 +166,18 @@ def main():
             table, verdict = task_table(task, runs)
             console.print(table)
             verdicts.append((task, verdict))
+            failures += experiment.claim_failures(task, runs)
     console.print(summary_table(verdicts))
-    console.print(f"total {time.perf_counter() - start:.0f} s")
+    console.print(f"total {time.perf_counter() - start:.0f} s; load average "
+                  + " ".join(f"{v:.2f}" for v in os.getloadavg()))
+    if args.check:
+        for line in failures:
+            console.print(f"CLAIM FAILS: {line}", markup=False, highlight=False)
+        console.print(f"claim {'FAILS' if failures else 'holds'}: {len(args.seeds)} seed(s) x "
+                      f"{len(args.tasks)} task(s), {args.steps} steps of {args.batch}")
+        return 1 if failures else 0
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -135,8 +135,9 @@ def test_table_from_kept_logs(bench, golden, tmp_path):
     assert "keras_caffe_eigen_untuned" not in row["ms_per_iter"]  # a column the run left out
 
 
-def test_configs_option(bench, capsys):
-    args, _ = bench.parse_args(["--configs", "keras_caffe_eigen_untuned,keras_caffe_eigen"])
+def test_configs_option(bench, golden, capsys):
+    args, _ = bench.parse_args(["--configs", "keras_caffe_eigen_untuned,keras_caffe_eigen",
+                                "--golden", str(golden)])
     assert args.configs == ["caffe_1", "caffe_2", "keras_caffe_eigen", "keras_caffe_eigen_untuned"]
     with pytest.raises(SystemExit) as exit_:
         bench.parse_args(["--configs", "keras_caffe_xla"])
@@ -289,3 +290,83 @@ def test_matmul_rate_worker_prints_one_rate_per_size(matmul_rate, capsys):
     assert sorted(rates) == ["16", "8"]
     assert all(rate > 0 for rate in rates.values())
     assert len(matmul_rate.time_products("numpy", 8, 3)) == 3
+
+
+# -- benchmarks/yellowfin_no_tuning.py and yellowfin_closed_loop.py: the claims' checks ------
+# (make verify-claims runs them with --check; here on made-up runs, no training)
+
+
+@pytest.fixture(scope="module")
+def no_tuning():
+    return load_script(SCRIPT.parent / "yellowfin_no_tuning.py")
+
+
+def made_up_runs(experiment, yellowfin_loss):
+    """The claim's grid on a CNN task with made-up losses (best SGD and Adam
+    0.5, a rate barely learning) and YellowFin at ``yellowfin_loss``."""
+    losses = {"SGD": (3.0, 0.6, 0.5, 0.7), "Adam": (2.1, 0.5, 0.55)}
+    runs = []
+    for candidate in experiment.candidates():
+        loss = yellowfin_loss if candidate.family == "YellowFin" else \
+            losses[candidate.family][len([r for r in runs
+                                          if r.candidate.family == candidate.family])]
+        run = experiment.Run(candidate, loss, [2.0] * 9 + [loss], 1.0)
+        if candidate.family == "YellowFin":
+            run.yf_lr, run.yf_mu = [0.1] * 10, [0.5] * 10
+        runs.append(run)
+    return runs
+
+
+@pytest.mark.parametrize("yellowfin_loss, code", [(0.5, 0), (0.6, 1)])
+def test_no_tuning_check_exit_status(no_tuning, monkeypatch, capsys, yellowfin_loss, code):
+    """--check: exit 0 when the claim holds on every task and seed, else 1
+    with each failure printed (YellowFin 0.6 against 0.5: ratio 1.2)."""
+    experiment = no_tuning.experiment
+    seeds = []
+    monkeypatch.setattr(experiment, "run_task", lambda task, progress=None, yellowfin=None: (
+        seeds.append(task.seed) or made_up_runs(experiment, yellowfin_loss)))
+    assert no_tuning.main(["--steps", "20", "--tasks", "cnn", "--seeds", "0,1", "--check"]) == code
+    out = capsys.readouterr().out
+    assert seeds == [0, 1]
+    fails = [line for line in out.splitlines() if line.startswith("CLAIM FAILS: ")]
+    assert len(fails) == (4 if code else 0)  # SGD and Adam on each seed
+    assert f"claim {'FAILS' if code else 'holds'}: 2 seed(s) x 1 task(s), 20 steps" in out
+    assert "TensorFlow " in out and "load average" in out  # the machine line
+    # without --check the same runs exit 0
+    assert no_tuning.main(["--steps", "20", "--tasks", "cnn"]) == 0
+
+
+def test_no_tuning_arguments(no_tuning, capsys):
+    assert no_tuning.seed_list("0,1,2") == [0, 1, 2]
+    for argv, message in ((["--check", "--yf", "lr_factor=2"], "leave out --yf"),
+                          (["--seeds", "0,x"], "seeds are integers separated by commas"),
+                          (["--steps", "25"], "positive multiple of 10")):
+        with pytest.raises(SystemExit) as exit_:
+            no_tuning.main(argv)
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def closed_loop():
+    return load_script(SCRIPT.parent / "yellowfin_closed_loop.py")
+
+
+@pytest.mark.parametrize("closed_hits, code", [([700, 700, 600], 0), ([900, 1100, 600], 1)])
+def test_closed_loop_check_exit_status(closed_loop, monkeypatch, capsys, closed_hits, code):
+    import numpy as np
+
+    def runs(workers, steps, seeds, target):
+        assert (workers, steps, seeds, target) == (9, 2000, 3, 1e-3)
+        return {"open": np.array([[1000, 0.01]] * 3, float),
+                "closed": np.array([[h, 0.01] for h in closed_hits], float),
+                "reference": np.array(closed_hits, float), "momentum": 0.5,
+                "target_momentum": 0.6}
+
+    monkeypatch.setattr(closed_loop.experiment, "async_runs", runs)
+    assert closed_loop.main(["--seeds", "3", "--check"]) == code
+    out = capsys.readouterr().out
+    assert "closed faster on " + ("3/3" if code == 0 else "2/3") + " seeds" in out
+    assert ("claim FAILS" if code else "claim holds") in out
+    assert len([line for line in out.splitlines() if line.startswith("CLAIM FAILS")]) == \
+        (2 if code else 0)  # median 900 >= 800; faster on 0.67 < 0.8

@@ -1,14 +1,15 @@
 """examples/yellowfin_cifar.py: a short run (ResNet-8 of width 4, 6 steps of 4
 synthetic images, no XLA) writes the PNG with the per-step loss, lr and mu
 (or, without matplotlib or with --csv, the CSV) and prints a summary that
-matches them. The example runs from the repository checkout, as
-test_examples.py runs the demo."""
+matches them. The default run runs the example from the repository checkout
+as a script, as test_examples.py runs the demo; the --csv run and the run
+without matplotlib call its main() in the test's process (the same code after
+the imports, without a second and third Python starting TensorFlow)."""
 
 import csv
 import importlib.util
 import json
 import math
-import os
 import re
 import struct
 import subprocess
@@ -29,10 +30,9 @@ def has_matplotlib():
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def run_example(tmp_path, *flags, env=None):
+def run_example(tmp_path, *flags):
     proc = subprocess.run([sys.executable, str(SCRIPT), *SMALL, "--out", str(tmp_path / "yf.png"),
-                           *flags], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=env)
+                           *flags], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return " ".join(proc.stdout.split())
 
@@ -107,21 +107,27 @@ def test_default_run_writes_the_plot(tmp_path):
         assert "`pip install 'keras-caffe[plots]'` gives the PNG" in out
 
 
-def test_csv_flag_writes_the_csv(tmp_path):
-    out = run_example(tmp_path, "--csv")
+def run_in_process(tmp_path, capsys, *flags):
+    """The example's main() here, as run_example runs it as a script."""
+    capsys.readouterr()
+    assert load_example().main([*SMALL, "--out", str(tmp_path / "yf.png"), *flags]) == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_csv_flag_writes_the_csv(tmp_path, capsys):
+    out = run_in_process(tmp_path, capsys, "--csv")
     assert f"wrote {tmp_path / 'yf.csv'} (step, loss, yf_lr, yf_mu)" in out
     assert "pip install" not in out and not (tmp_path / "yf.png").exists()
     check_series(read_csv(tmp_path / "yf.csv"), out)
 
 
-def test_without_matplotlib_falls_back_to_csv(tmp_path):
-    """A matplotlib that fails to import (first on PYTHONPATH) -> CSV + hint."""
-    blocker = tmp_path / "blocked" / "matplotlib"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text('raise ImportError("matplotlib blocked by the test")\n')
-    path = os.pathsep.join(filter(None, [str(blocker.parent), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}
-    out = run_example(tmp_path, env=env)
+def test_without_matplotlib_falls_back_to_csv(tmp_path, capsys, monkeypatch):
+    """A matplotlib that fails to import (None in sys.modules: ``import
+    matplotlib`` raises ImportError) -> CSV + hint."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError):
+        import matplotlib  # noqa: F401
+    out = run_in_process(tmp_path, capsys)
     assert "matplotlib is not installed: `pip install 'keras-caffe[plots]'` gives the PNG" in out
     assert not (tmp_path / "yf.png").exists()
     check_series(read_csv(tmp_path / "yf.csv"), out)

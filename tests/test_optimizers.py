@@ -254,19 +254,34 @@ def _micro_batches(model, count, seed=3):
             for _ in range(count)]
 
 
-def _run_updates(cls, extra, step):
-    """Final weights of a tiny MLP after ``step(optimizer, variables, k)``
-    ran for micro-batches k = 0..5 (iter_size 3: two updates)."""
-    keras.utils.set_random_seed(11)
-    model = tiny_mlp()
-    config = {key: value for key, value in full_config(cls).items() if key in (
-        "weight_decay", "lr_mult", "decay_mult")} if cls in OPTIMIZERS else {}
-    # The sum of 3 micro-batches has a norm of about 35: the doubled one is clipped.
-    optimizer = cls(0.05, iter_size=3, clip_gradients=50.0, **config, **extra)
-    optimizer.build(model.trainable_variables)
-    for k in range(6):
-        step(optimizer, model.trainable_variables, k)
-    return [v.numpy() for v in model.weights], optimizer
+class _Updates:
+    """One tiny MLP and one optimizer (iter_size 3) for a case of
+    ``test_reduce_runs_once_per_update_on_the_sum``, put back to their
+    state just after ``build`` (every weight and optimizer variable) before
+    each run: the runs compare updates, and a shared optimizer keeps what it
+    compiled (YellowFin's XLA update, traced once per (method, variables)),
+    which a new optimizer per run compiled again (5 times a case)."""
+
+    def __init__(self, cls, extra):
+        keras.utils.set_random_seed(11)
+        self.model = tiny_mlp()
+        config = {key: value for key, value in full_config(cls).items() if key in (
+            "weight_decay", "lr_mult", "decay_mult")} if cls in OPTIMIZERS else {}
+        # The sum of 3 micro-batches has a norm of about 35: the doubled one is clipped.
+        self.optimizer = cls(0.05, iter_size=3, clip_gradients=50.0, **config, **extra)
+        self.optimizer.build(self.model.trainable_variables)
+        self.weights = [v.numpy() for v in self.model.weights]
+        self.state = [v.numpy() for v in self.optimizer.variables]
+
+    def run(self, step):
+        """Final weights after ``step(optimizer, variables, k)`` ran for
+        micro-batches k = 0..5 (two updates) from the state after build."""
+        for variable, value in zip(self.model.weights + self.optimizer.variables,
+                                   self.weights + self.state):
+            variable.assign(value)
+        for k in range(6):
+            step(self.optimizer, self.model.trainable_variables, k)
+        return [v.numpy() for v in self.model.weights], self.optimizer
 
 
 @pytest.mark.parametrize("cls, extra", REDUCE_CASES, ids=lambda c: getattr(c, "__name__", str(c)))
@@ -278,7 +293,8 @@ def test_reduce_runs_once_per_update_on_the_sum(cls, extra):
     holding the same gradients, summed) equals applying doubled gradients."""
     import tensorflow as tf
 
-    grads = _micro_batches(tiny_mlp(), 6)
+    updates = _Updates(cls, extra)
+    grads = _micro_batches(updates.model, 6)
     calls = tf.Variable(0, dtype=tf.int64)
 
     def identity(sums):
@@ -294,19 +310,24 @@ def test_reduce_runs_once_per_update_on_the_sum(cls, extra):
             functions[opt]([g * scale for g in grads[k]])
         return step
 
-    def summed(opt, variables, k):
-        if k % 3 == 2:
-            total = [a + b + c for a, b, c in zip(*grads[k - 2:k + 1])]
-            tf.function(lambda g: opt.apply_summed(g, variables))(total)
+    def summed():
+        functions = {}
 
-    plain, _ = _run_updates(cls, extra, compiled())
-    reduced, optimizer = _run_updates(cls, extra, compiled(identity))
+        def step(opt, variables, k):
+            if k % 3 == 2:
+                if opt not in functions:
+                    functions[opt] = tf.function(lambda g: opt.apply_summed(g, variables))
+                functions[opt]([a + b + c for a, b, c in zip(*grads[k - 2:k + 1])])
+        return step
+
+    plain, _ = updates.run(compiled())
+    reduced, optimizer = updates.run(compiled(identity))
     assert int(calls.numpy()) == 2 and int(optimizer.iterations.numpy()) == 2
-    once, optimizer = _run_updates(cls, extra, summed)
+    once, optimizer = updates.run(summed())
     assert int(optimizer.iterations.numpy()) == 2
     assert int(optimizer._micro_step.numpy()) == 6
-    doubled, _ = _run_updates(cls, extra, compiled(lambda sums: [2.0 * g for g in sums]))
-    twice, _ = _run_updates(cls, extra, compiled(scale=2.0))
+    doubled, _ = updates.run(compiled(lambda sums: [2.0 * g for g in sums]))
+    twice, _ = updates.run(compiled(scale=2.0))
     for a, b, c, d, e in zip(plain, reduced, once, doubled, twice):
         np.testing.assert_array_equal(b, a)
         np.testing.assert_allclose(c, a, rtol=1e-6, atol=1e-7)

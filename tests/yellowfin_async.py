@@ -3,8 +3,10 @@ float64 numpy, vectorised over seeds: open- and closed-loop YellowFin as
 equations, on problems whose gradients are computed at stale weights.
 
 Used by tests/test_yellowfin_closed_loop.py (the equations of the closed loop
-against the optimizer; the asynchronous workers of the assertion test) and,
-run as a script, prints the open- vs closed-loop study over many seeds:
+against the optimizer; a smoke test of the asynchronous-workers claim), by
+benchmarks/yellowfin_closed_loop.py (the claim itself, ``AsyncQuadratic``
+and ``claim_failures`` below: ``make verify-claims``) and, run as a script,
+prints the open- vs closed-loop study over many seeds:
 
     .venv/bin/python tests/yellowfin_async.py [quadratic|logistic|mlp|ablation|fixed|staleness|implicit]
 
@@ -328,6 +330,123 @@ SETTINGS = {  # name: (problem, steps, target, runs)
     "logistic": (logistic, 1500, 0.1, 20),
     "mlp": (mlp, 1500, 0.1, 20),
 }
+
+
+# -- the claim: the real optimizer with asynchronous workers ------------------------------
+
+#: The claim's size (benchmarks/yellowfin_closed_loop.py's defaults).
+CLAIM = dict(workers=9, steps=2000, seeds=20, target=1e-3)
+FASTER = 0.8  # closed loop's median updates to target < 0.8 x the open loop's
+WINS = 0.8  # closed faster than open on at least this fraction of the seeds
+AGREE = 0.15  # the optimizer's closed-loop median within 15% of the float64 equations'
+
+
+class AsyncQuadratic:
+    """The real optimizer (``keras_caffe``'s YellowFin, float32, XLA) trained
+    by ``workers`` asynchronous workers on the 100-dimensional quadratic of
+    ``quadratic`` (curvatures 1e-3 .. 1, gradient noise 0.003): the gradient
+    applied at update t is computed at the weights of update t - staleness_t,
+    ``worker_staleness``'s delays. One XLA-compiled loop per run; the
+    optimizer's state is reset between seeds."""
+
+    DEPTH = 256  # weights kept; a longer delay never occurs in these runs
+
+    def __init__(self, closed_loop, workers, steps):
+        import keras
+        import tensorflow as tf
+
+        from keras_caffe.optimizers.yellowfin import YellowFin
+
+        self.workers, self.steps = workers, steps
+        self.h = tf.constant(np.logspace(-3, 0, 100), tf.float32)
+        self.w = keras.Variable(np.zeros(100, "float32"), name="w")
+        self.optimizer = YellowFin(closed_loop=closed_loop, staleness=workers - 1)
+        self.optimizer.build([self.w])
+        self.initial = [v.numpy() for v in self.optimizer.variables]
+        self.loop = tf.function(self._loop, jit_compile=True)
+
+    def _loop(self, x0, delays, noise, target):
+        import tensorflow as tf
+
+        depth, h = self.DEPTH, self.h
+        weights = tf.zeros((depth, 100)) + x0[None]
+        self.w.assign(x0)
+        start = 0.5 * tf.reduce_sum(h * x0 * x0)
+        hit = tf.constant(self.steps)
+        for t in tf.range(self.steps):
+            stale = tf.gather(weights, (t - tf.minimum(delays[t], t)) % depth)
+            self.optimizer.apply([h * stale + noise[t]], [self.w])
+            now = tf.convert_to_tensor(self.w)
+            weights = tf.tensor_scatter_nd_update(weights, [[(t + 1) % depth]], now[None])
+            loss = 0.5 * tf.reduce_sum(h * now * now)
+            hit = tf.where((hit == self.steps) & (loss < target * start), t + 1, hit)
+        return hit, loss / start
+
+    def run(self, seed, target):
+        """Updates to reach ``target`` x the initial loss (``steps``: never),
+        and the last loss / initial loss."""
+        import tensorflow as tf
+
+        for variable, value in zip(self.optimizer.variables, self.initial):
+            variable.assign(value)
+        x0, _, _ = quadratic(1, seed)
+        delays = worker_staleness(1, self.steps, self.workers, seed + 2)[:, 0]
+        assert delays.max() < self.DEPTH
+        noise = 0.003 * np.random.default_rng(seed + 1).normal(size=(self.steps, 100))
+        hit, last = self.loop(tf.constant(x0[0], tf.float32), tf.constant(delays, tf.int32),
+                              tf.constant(noise, tf.float32), tf.constant(target, tf.float32))
+        return int(hit), float(last)
+
+
+def async_runs(workers, steps, seeds, target):
+    """The open and the closed loop (the real optimizer) on seeds ``0 ..
+    seeds - 1``, and the float64 equations' closed loop on the same: a dict
+    with ``open`` and ``closed`` ((seeds, 2) arrays of updates to ``target``
+    and last loss / initial loss), ``momentum`` and ``target_momentum`` (the
+    closed-loop optimizer's at the end of its last run) and ``reference``
+    (the equations' updates to target)."""
+    out = {}
+    for closed in (False, True):
+        trainer = AsyncQuadratic(closed, workers=workers, steps=steps)
+        out["closed" if closed else "open"] = np.array(
+            [trainer.run(seed, target) for seed in range(seeds)])
+        if closed:
+            out["momentum"] = float(trainer.optimizer.tuned_momentum)
+            out["target_momentum"] = float(trainer.optimizer.target_momentum)
+    out["reference"], _, _ = simulate(quadratic, seeds, steps, workers, target, closed={})
+    return out
+
+
+def claim_failures(results, steps):
+    """What fails of the closed-loop claim on ``async_runs``'s ``results``
+    (``[]``: it holds): at the end the loop is removing momentum (mu < mu*);
+    every closed-loop run ends finite; the closed loop's median updates to
+    target is below ``FASTER`` x the open loop's; it is faster on at least
+    ``WINS`` of the seeds; it reaches the target (in ``steps``) wherever the
+    open loop does; and its median is within ``AGREE`` of the float64
+    equations'."""
+    out = []
+    open_hits, closed_hits = results["open"][:, 0], results["closed"][:, 0]
+    reference = np.median(results["reference"])
+    if not results["momentum"] < results["target_momentum"]:
+        out.append(f"the loop is not removing momentum at the end: mu {results['momentum']:.4f}"
+                   f" >= mu* {results['target_momentum']:.4f}")
+    if not np.all(np.isfinite(results["closed"][:, 1])):
+        out.append(f"closed loop ended non-finite: {results['closed'][:, 1].tolist()}")
+    if not np.median(closed_hits) < FASTER * np.median(open_hits):
+        out.append(f"closed-loop median {np.median(closed_hits):.0f} >= {FASTER} x open-loop "
+                   f"median {np.median(open_hits):.0f}")
+    if not np.mean(closed_hits < open_hits) >= WINS:
+        out.append(f"closed loop faster on {np.mean(closed_hits < open_hits):.2f} of the seeds "
+                   f"< {WINS}")
+    missed = (open_hits < steps) & (closed_hits >= steps)
+    if np.any(missed):
+        out.append(f"closed loop never reaches the target where the open loop does: seeds "
+                   f"{np.flatnonzero(missed).tolist()}")
+    if not abs(reference - np.median(closed_hits)) < AGREE * reference:
+        out.append(f"closed-loop median {np.median(closed_hits):.0f} not within {AGREE:.0%} of "
+                   f"the float64 equations' {reference:.0f}")
+    return out
 
 
 def main(which):

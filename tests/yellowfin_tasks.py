@@ -1,8 +1,11 @@
 """YellowFin's "no tuning" experiment: two seeded learning problems, each
 trained with YellowFin's defaults and with hand-tuned baselines.
 
-Used by tests/test_yellowfin_no_tuning.py (the claim, at the default size) and
-by benchmarks/yellowfin_no_tuning.py (the table, at any size).
+The one home of the experiment: benchmarks/yellowfin_no_tuning.py runs it at
+the claim's size and checks the claim (``claim_failures``; ``make
+verify-claims`` runs it over seeds 0, 1, 2 and fails when the claim does),
+tests/test_yellowfin_no_tuning.py runs the same code path at a tiny size (a
+smoke test: the pipeline, the verdict and the checks, not the claim).
 
 The claim (keras-caffe issue 4): in the same number of steps, YellowFin with
 its defaults reaches a training loss within 10% of the best of momentum SGD
@@ -64,6 +67,11 @@ TOLERANCE = 1.1  # "within 10%": yf <= 1.1 * best
 STEPS = 1000  # per run: the slow start (10 x curv_win_width = 200 updates) is a fifth
 WINDOWS = 10  # fit epochs per run; the last one is the measured tenth
 STEPS_PER_EXECUTION = 10  # fewer Python round trips; the numbers are the same as with 1
+CHANCE = {"cnn": math.log(8), "lstm": math.log(16)}  # loss of a uniform prediction
+LEARNED = 0.6  # the tasks are learned: the best run ends below 0.6 x chance
+BARELY = 0.95  # the grids need tuning: some finite run ends above 0.95 x chance
+TUNED_LR = 1e-3  # YellowFin tuned its rate: above 1e-3 (its learning_rate=1e-4) all along
+TUNED_MU = (0.05, 1.0)  # and its momentum: in (0.05, 1) at the end of each tenth
 
 
 # -- data -------------------------------------------------------------------------------
@@ -325,3 +333,79 @@ def verdict(runs):
         best[family] = min(finite, key=lambda r: r.loss) if finite else None
     (yellowfin,) = [r for r in runs if r.candidate.family == "YellowFin"]
     return Verdict(yellowfin, best)
+
+
+# -- the claim ----------------------------------------------------------------------------
+
+
+def claim_failures(task, runs):
+    """What fails of the claim on one task's runs (``[]``: it holds).
+
+    - YellowFin (defaults) within 10% of the best of each family:
+      ``Verdict.holds``;
+    - the task is learned and needs tuning: the best finite run ends below
+      ``LEARNED`` x chance, some finite run above ``BARELY`` x chance (a rate
+      of the grid barely learns) and, on the LSTM, above the true chain's
+      loss ``floor``, itself above 1 nat;
+    - YellowFin tuned its rate and momentum: at the end of every tenth its
+      rate is finite and above ``TUNED_LR`` and its momentum in ``TUNED_MU``.
+    """
+    where = f"{task.name} seed {task.seed}"
+    out = []
+    verdict_ = verdict(runs)
+    yellowfin = verdict_.yellowfin
+    for family, best in verdict_.best.items():
+        if not verdict_.holds(family):
+            against = "every run diverged" if best is None else \
+                f"{best.candidate.label} {best.loss:.4f}"
+            out.append(f"{where}: YellowFin {yellowfin.loss:.4f} vs best {family} ({against}): "
+                       f"ratio {verdict_.ratio(family):.3f} > {TOLERANCE}")
+    finite = [r.loss for r in runs if not r.diverged]
+    chance = CHANCE[task.name]
+    if not finite or min(finite) >= LEARNED * chance:
+        out.append(f"{where}: not learned: best loss {min(finite, default=math.nan):.4f} "
+                   f">= {LEARNED} x chance ({LEARNED * chance:.4f})")
+    if not finite or max(finite) <= BARELY * chance:
+        out.append(f"{where}: needs no tuning: every run ends at or below {BARELY} x chance "
+                   f"({BARELY * chance:.4f}); worst {max(finite, default=math.nan):.4f}")
+    if math.isfinite(task.floor) and not (1.0 < task.floor < min(finite, default=math.nan)):
+        out.append(f"{where}: the floor {task.floor:.4f} is not in (1, best loss "
+                   f"{min(finite, default=math.nan):.4f})")
+    lr, mu = np.array(yellowfin.yf_lr, float), np.array(yellowfin.yf_mu, float)
+    if lr.shape != (WINDOWS,) or mu.shape != (WINDOWS,):
+        out.append(f"{where}: YellowFin's rate and momentum were not logged for each tenth")
+    else:
+        if not (np.all(np.isfinite(lr)) and np.all(lr > TUNED_LR)):
+            out.append(f"{where}: YellowFin's rate not tuned above {TUNED_LR:g}: "
+                       + " ".join(f"{v:.3g}" for v in lr))
+        if not np.all((mu > TUNED_MU[0]) & (mu < TUNED_MU[1])):
+            out.append(f"{where}: YellowFin's momentum not in {TUNED_MU}: "
+                       + " ".join(f"{v:.3g}" for v in mu))
+    return out
+
+
+# -- where it ran --------------------------------------------------------------------------
+
+
+def machine(cpuinfo="/proc/cpuinfo"):
+    """One line for a claim's record: CPU model, its SIMD flags, logical CPUs,
+    the CPU kernel family TensorFlow uses here, TensorFlow's and Keras's
+    versions, the load average (the claim benchmarks print it first)."""
+    import os
+    import re
+    from pathlib import Path
+
+    from keras_caffe.kernels import onednn_enabled
+
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        text = ""
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
+    simd = sorted(set(flags.group(1).split()) & set(wanted)) if flags else []
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    return (f"{found.group(1).strip() if found else 'unknown CPU'} ({' '.join(simd) or 'no AVX2'}"
+            f"), {os.cpu_count()} CPUs, {'oneDNN' if onednn_enabled() else 'Eigen'} kernels; "
+            f"TensorFlow {tf.__version__}, Keras {keras.__version__}; load average {load}")
