@@ -101,6 +101,7 @@ def test_failed_save_leaves_no_partial_file(lenet, tmp_path, monkeypatch, capsys
 
 
 def test_console_script_is_installed(lenet):
+    # processes: the installed `keras-caffe` script and a real process's exit status
     script = Path(sys.executable).with_name("keras-caffe")
     proc = subprocess.run([str(script), "import", str(lenet / "deploy_used.prototxt"), "--summary"],
                           capture_output=True, text=True)
@@ -147,3 +148,44 @@ def test_analyze_scaling_table(lenet, capsys):
     assert data["workers"] == 4 and [r["workers"] for r in data["scaling"]["rows"]] == [1, 2, 4]
     assert cli.main(["analyze", net, "--workers", "1,2"]) == 2
     assert "device_flops" in capsys.readouterr().err
+
+
+def test_run_cli_leaves_the_test_process_as_it_found_it(golden, tmp_path):
+    """``cli_runner.run_cli`` runs ``train`` (it seeds, installs signal
+    handlers, sets environment variables, logs) in a fresh Keras session and
+    gives the test process back as it was."""
+    import logging
+    import random
+    import signal
+    import warnings
+
+    from cli_runner import run_cli
+    from keras_caffe import _cli_quiet
+    from train_runs import golden_folder
+
+    def state():
+        return {
+            "environ": dict(os.environ), "cwd": os.getcwd(), "argv": list(sys.argv),
+            "umask": (os.umask(0o022), os.umask(os.umask(0o022)))[1],
+            "streams": (sys.stdin, sys.stdout, sys.stderr),
+            "signals": [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)],
+            "warnings": (list(warnings.filters), warnings.showwarning),
+            "root": (list(logging.getLogger().handlers), logging.getLogger().level),
+            "tensorflow_logger": logging.getLogger("tensorflow").level,
+            "quiet": dict(_cli_quiet._state),
+            "policy": keras.config.dtype_policy().name, "floatx": keras.config.floatx(),
+            "random": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
+        }
+
+    folder = golden_folder(golden, tmp_path, "run")
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    before = state()
+    assert keras.layers.ReLU().name == "re_lu"
+    before["random"] = random.getstate()  # (a layer draws its default seed)
+    proc = run_cli("train", "--solver", "solver.prototxt", "--max-iter", 1, "--log", "caffe",
+                   cwd=folder, umask=0o077)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Optimization Done." in proc.stderr and proc.stdout == ""
+    after = state()
+    assert after == before
+    assert keras.layers.ReLU().name == "re_lu_1"  # the test's Keras session goes on

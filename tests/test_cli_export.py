@@ -1,17 +1,18 @@
 """``keras-caffe export`` and the files the CLI writes, through the installed
-CLI in a subprocess: round trips to Caffe's bytes, refusals, errors naming
-the user's path (never a temporary file), output modes under a umask, and
-truncated weights files located."""
+CLI run in this process (``cli_runner.run_cli``: what ``python -m
+keras_caffe`` prints and its exit status, without a process's TensorFlow
+import): round trips to Caffe's bytes, refusals, errors naming the user's
+path (never a temporary file), output modes under a umask, and truncated
+weights files located."""
 
 import os
 import stat
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
 from keras_caffe.errors import WeightsError
 from keras_caffe.importers.weights import load_weights
 from keras_caffe.proto import caffe_pb2
@@ -23,10 +24,9 @@ def lenet(golden):
 
 
 def cli(*args, cwd=None, umask=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", "keras_caffe", *map(str, args)], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300,
-                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+    """``keras-caffe *args`` (in this process, on its devices: what these
+    commands write does not depend on them)."""
+    return run_cli(*args, cwd=cwd, umask=umask)
 
 
 def error_line(proc):

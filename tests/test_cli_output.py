@@ -1,8 +1,10 @@
 """Issue 17, the command line's output: tables that never cut a number,
 ``--json``, ``--input-shape``, ``time`` as ``caffe time``, ``test``,
 ``device_query``, ``--version`` and TensorFlow's log lines hidden unless
-``--verbose``. Through the installed CLI in a subprocess (``python -m
-keras_caffe``), as a user runs it."""
+``--verbose``. Through the installed CLI run in this process
+(``cli_runner.run_cli``: what ``python -m keras_caffe`` prints, stdout a
+pipe), and in a subprocess where the process is what is tested: TensorFlow's
+log lines, which only a new process prints, and a real pipe."""
 
 import io
 import json
@@ -18,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 import keras_caffe
+from cli_runner import run_cli
 from keras_caffe import _cli_quiet
 from keras_caffe.cli import _registry
 from keras_caffe.cli._tables import Column, Grid, print_grid
@@ -25,6 +28,13 @@ from keras_caffe.errors import ArgumentError
 
 
 def cli(*args, columns=None, cwd=None, env=None):
+    """``keras-caffe *args`` in this process: the CompletedProcess that
+    ``process`` gives (stdout not a terminal)."""
+    return run_cli(*args, columns=columns, cwd=cwd,
+                   env={"TF_CPP_MIN_LOG_LEVEL": None, **(env or {})})
+
+
+def process(*args, columns=None, cwd=None, env=None):
     """``python -m keras_caffe *args``: the CompletedProcess (stdout piped)."""
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",)}
     if columns is not None:
@@ -83,7 +93,8 @@ def test_import_piped_keeps_layer_names_and_json(golden, tmp_path):
         'dim: 8 dim: 8 } } }\n'
         f'layer {{ name: "{name}" type: "Convolution" bottom: "data" top: "c" '
         'convolution_param { num_output: 1234 kernel_size: 3 } }\n')
-    proc = cli("import", net, columns=40)
+    # a process: its stdout a real pipe, which print_grid must tell from a terminal
+    proc = process("import", net, columns=40)
     assert proc.returncode == 0 and proc.stderr == ""
     line = next(l for l in proc.stdout.splitlines() if l.startswith(name))
     assert line.split() == [name, "Convolution", "(N,", "1234,", "6,", "6)", "34,552"]
@@ -207,7 +218,8 @@ def test_time_lists_every_caffe_layer_and_adds_up(lenet_train):
     """Every layer of the net under Caffe's name (data and loss included);
     the layers plus the remainder are the measured passes; the total is
     measured and is the iterations' forward-backward; no TensorFlow lines."""
-    proc = cli("time", "--model", lenet_train, "--iterations", "5", "--json")
+    # a process: TensorFlow's log lines (of its start and XLA's) only a new one prints
+    proc = process("time", "--model", lenet_train, "--iterations", "5", "--json")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     data = json.loads(proc.stdout)
@@ -270,8 +282,9 @@ def test_test_prints_caffes_lines(golden):
     """Batch 0's loss is Caffe's iteration-0 loss (2.00119 in caffe_binary.log);
     every batch's and the mean's numbers match a NumPy forward of the net."""
     folder = golden / "solvers" / "sgd"
-    proc = cli("test", "--model", "train_net.prototxt", "--weights", "init.caffemodel",
-               "--iterations", "5", cwd=folder)
+    # a process: `test` hides XLA's start lines, which only a new process prints
+    proc = process("test", "--model", "train_net.prototxt", "--weights", "init.caffemodel",
+                   "--iterations", "5", cwd=folder)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     losses, _ = _expected_losses(folder, 5)
@@ -356,11 +369,12 @@ def test_version():
 
 
 def test_tensorflow_lines_hidden_unless_verbose():
-    quiet = cli("import", "--list-layers")
+    # processes: only a new process prints TensorFlow's start-up lines
+    quiet = process("import", "--list-layers")
     assert quiet.returncode == 0 and quiet.stderr == ""
     for args in (["--verbose", "import", "--list-layers"], ["import", "--list-layers",
                                                             "--verbose"]):
-        loud = cli(*args)
+        loud = process(*args)
         assert loud.returncode == 0 and loud.stdout == quiet.stdout
         assert any(_cli_quiet._TF_LINE.match(line) for line in loud.stderr.splitlines()), \
             loud.stderr
@@ -368,6 +382,7 @@ def test_tensorflow_lines_hidden_unless_verbose():
 
 def test_quiet_start_keeps_what_is_not_tensorflows():
     """A Python warning or traceback printed while stderr is captured comes back."""
+    # a process: the capture is of file descriptor 2, handed back at the process's exit
     code = ("import sys; sys.argv[0] = 'keras-caffe'; import keras_caffe._cli_quiet as q; "
             "q.quiet_cli_start(); import os; "
             "os.write(2, b'I0000 00:00:1795593001.256052   20495 port.cc:153] oneDNN x\\n'); "

@@ -2,7 +2,9 @@
 the progress mode's test, snapshot and summary lines (the same numbers as
 Caffe's log lines of the same run), ``--max-iter``, the snapshot log line of
 each format, and what ``--weights`` copied (Caffe's
-``Net::CopyTrainedLayersFrom`` lines)."""
+``Net::CopyTrainedLayersFrom`` lines). The command runs in this process
+(``train_runs.train_in_process``, what ``python -m keras_caffe train``
+prints); signals, which need a process, are tests/test_signals.py's."""
 
 import re
 
@@ -10,7 +12,8 @@ import pytest
 
 import keras_caffe
 from keras_caffe.errors import ArgumentError
-from train_runs import golden_folder, messages, plain_lines, snapshots, train
+from train_runs import golden_folder, messages, plain_lines, snapshots
+from train_runs import train_in_process as train
 
 TEST_DATA = """layer {
   name: "test_data" type: "HDF5Data" top: "data" top: "label"

@@ -1,15 +1,15 @@
-"""The examples run and print what they claim (they are the README's demo)."""
+"""The examples run and print what they claim (they are the README's demo),
+run in this process as ``python examples/demo.py`` runs them
+(``cli_runner.run_script``), without a process's TensorFlow import."""
 
 import re
-import subprocess
-import sys
 
+from cli_runner import run_script
 from support import GOLDEN, REPO
 
 
 def test_demo(golden):
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "demo.py"), "--golden", str(GOLDEN)],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_script(REPO / "examples" / "demo.py", "--golden", str(GOLDEN))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = " ".join(proc.stdout.split())
     assert "trained 300 Caffe iterations (600 batches)" in out

@@ -7,7 +7,8 @@
   golden LeNet). A block that needs Horovod is skipped without it.
 - Every ``keras-caffe <subcommand> --flag`` the README shows (in code blocks,
   and in inline code with a flag or alone) must be a subcommand and a flag of
-  the installed CLI's parser (``python -m keras_caffe <sub> --help``).
+  the installed CLI's parser (``keras-caffe <sub> --help``, run in this
+  process by ``cli_runner.run_cli``).
 """
 
 import functools
@@ -20,6 +21,7 @@ import sys
 
 import pytest
 
+from cli_runner import run_cli
 from support import REPO
 
 README = (REPO / "README.md").read_text()
@@ -59,6 +61,7 @@ def test_the_readme_has_python_blocks():
 def test_python_block_runs(line, code, readme_folder):
     if "keras_caffe.distributed" in code and importlib.util.find_spec("horovod") is None:
         pytest.skip("the block needs Horovod (keras-caffe install-horovod)")
+    # a process: the block runs as written, as a user's script, in a new interpreter
     proc = subprocess.run([sys.executable, "-c", code], cwd=readme_folder, env=_env(),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"README.md:{line}:\n{code}\n{proc.stderr[-3000:]}"
@@ -69,6 +72,7 @@ def test_the_use_block_prints_the_optimizer_as_the_readme_says(tmp_path):
     (code,) = [code for _, code in python_blocks() if "print(opt)" in code]
     comment = re.search(r"print\(opt\)\s+# (.*)", code)[1]
     assert comment.endswith(", ...)")
+    # a process: the block's first part runs as written, in a new interpreter
     proc = subprocess.run([sys.executable, "-c", code.split("\nopt = keras_caffe.optimizer_from")[0]],
                           env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -113,8 +117,7 @@ def cli_uses(text=README, name="README.md"):
 
 @functools.lru_cache(maxsize=None)
 def cli_help(*args):
-    proc = subprocess.run([sys.executable, "-m", "keras_caffe", *args, "--help"], env=_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli(*args, "--help", env={"TF_CPP_MIN_LOG_LEVEL": "3"}, columns=200)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 

@@ -1,5 +1,7 @@
 """``keras-caffe train`` runs for the CLI tests: the installed CLI in a
-subprocess, in a copy of a golden Caffe folder, and a running one to signal.
+subprocess (``train``) or in the test process (``train_in_process``, the same
+output without a process's TensorFlow import), in a copy of a golden Caffe
+folder, and a running one to signal.
 
 A ``Running`` training is watched on one of its streams (stderr with ``--log
 caffe``, stdout in progress mode) line by line: ``wait_for`` returns when a
@@ -43,6 +45,17 @@ def train(*args, cwd, expect=0):
     """A finished ``keras-caffe train`` (stdout and stderr captured)."""
     proc = subprocess.run(command(*args), capture_output=True, text=True, cwd=cwd,
                           timeout=TIMEOUT)
+    assert proc.returncode == expect, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
+def train_in_process(*args, cwd, expect=0):
+    """``train``'s CompletedProcess, the command run in this process
+    (``cli_runner.run_cli``), with the same checks."""
+    from cli_runner import run_cli
+
+    proc = run_cli("train", *args, cwd=cwd)
     assert proc.returncode == expect, (proc.returncode, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return proc
