@@ -3,11 +3,17 @@
 #   make test          install into .venv (newest TensorFlow) and run the whole suite, then the
 #                      kernel-sensitive tests again with the other CPU kernels (oneDNN / Eigen)
 #                      (Horovod 0.28.1 built first with `keras-caffe install-horovod`)
-#   make test-compat   the suite in .venv-tf216 (the oldest TensorFlow setup.cfg allows, + Horovod)
-#                      with the CPU kernels TensorFlow does not pick by default
+#   make test-quick    the edit loop: the tests marked `quick` (no processes, no whole-net
+#                      training; tests/tiers.py), no Horovod build; a few minutes
+#   make test-compat   the tests marked `compat` (tests/tiers.py) in .venv-tf216 (the oldest
+#                      TensorFlow setup.cfg allows, + Horovod) with the CPU kernels TensorFlow
+#                      does not pick by default
+#   make verify-claims the experiments behind the docs' research claims (docs/claims.md); each
+#                      exits non-zero when its claim fails
 #   make bench         benchmarks/ (not part of the tests)
 #   make bench-horovod benchmarks/allreduce_overhead.py in .venv (builds Horovod)
 #   make proto         regenerate keras_caffe/proto/caffe_pb2.py from caffe.proto
+#   make deps / horovod / compat-deps / compat-horovod: one install step (.ci/run times each)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -29,7 +35,8 @@ HOROVOD_SDIST = $(HOROVOD_CACHE)/horovod-0.28.1.tar.gz
 BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test test-compat test-durations bench bench-horovod proto clean
+.PHONY: install deps horovod compat-deps compat-horovod demo test test-quick test-compat \
+	test-durations verify-claims bench bench-horovod proto clean
 
 # A fresh Debian needs python3-venv for `python3 -m venv`.
 $(BIN)/python:
@@ -64,14 +71,19 @@ $(HOROVOD_SDIST): | $(BIN)/python
 
 # Horovod 0.28.1 built by the package's own command (docs/horovod.md): the
 # sdist, sha256-checked and patched, compiled against the venv's TensorFlow
-# (pip --no-deps --no-build-isolation), Gloo only. Rebuilt when the patch
-# set changes. The command checks cmake/make/g++/Python.h itself.
+# (pip --no-deps --no-build-isolation), Gloo only. Run again when
+# keras_caffe/horovod_build/ changes; the verified wheel is cached in
+# $(HOROVOD_CACHE)/horovod/<key>/ (key: sdist, patches, TensorFlow and its
+# flags, compiler, Python, build variables) and reinstalled, after the same
+# import check, when the key matches: keep that folder between CI runs.
+# The command checks cmake/make/g++/Python.h itself.
 HOROVOD_APT = cmake make g++
 $(VENV)/.horovod: $(VENV)/.deps $(HOROVOD_SDIST) $(wildcard keras_caffe/horovod_build/*.py)
 	@dpkg -s $(HOROVOD_APT) >/dev/null 2>&1 || \
 		($(SUDO) apt-get update && $(SUDO) apt-get install -y $(HOROVOD_APT))
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation --force-reinstall . && rm -rf build
-	$(BIN)/keras-caffe install-horovod --sdist $(HOROVOD_SDIST) --jobs $$(nproc)
+	$(BIN)/keras-caffe install-horovod --sdist $(HOROVOD_SDIST) --jobs $$(nproc) \
+		--cache-dir $(HOROVOD_CACHE)
 	touch $@
 
 ifeq ($(HOROVOD),1)
@@ -82,6 +94,16 @@ endif
 ifeq ($(TEST_HOROVOD),1)
 TEST_DEPS = $(VENV)/.horovod
 endif
+
+# One install step each, so that .ci/run can time them apart; the compat-
+# ones in the compat venv.
+FLOOR = VENV=$(TF_FLOOR_VENV) TF_SPEC="$(TF_FLOOR_SPEC)"
+deps: $(VENV)/.deps
+horovod: $(VENV)/.horovod
+compat-deps:
+	$(MAKE) --no-print-directory deps $(FLOOR)
+compat-horovod:
+	$(MAKE) --no-print-directory horovod $(FLOOR)
 
 # The package itself, rebuilt from the working tree every time (not editable:
 # the suite tests the installed wheel, not the source tree).
@@ -135,24 +157,37 @@ ifeq ($(KERNELS_AGAIN),1)
 endif
 endif
 
+# The edit loop: the tests marked `quick` by conftest.py from tests/tiers.py
+# (every file but those that start processes or train whole nets, and no
+# `slow` test), in .venv with TensorFlow's default kernels; Horovod is not
+# built (its unit tests skip without it, as they do outside make test).
+test-quick:
+	$(MAKE) --no-print-directory test TEST_HOROVOD=0 KERNELS_AGAIN=0 SUITE_ARGS='-m quick'
+
 # The oldest TensorFlow setup.cfg allows (2.16: protobuf 4, NumPy 1), with
-# Horovod built by the same command: the whole suite with the CPU kernels
-# TensorFlow does not pick here, so that with `make test` every test runs
-# under both families. Less the tests marked `slow`, which `make test` runs:
-# YellowFin's no-tuning experiment (minutes of training; its claim is about
-# the algorithm, not the TensorFlow version) and tests that start a process
-# per case for what one TensorFlow shows as well as another (the SIGKILL
-# points of a snapshot write, two elastic and one iter_size Horovod run whose
-# machinery the compat suite runs in other tests).
+# Horovod built by the same command: the tests marked `compat` (those marked
+# `kernels`, and the files tests/tiers.py names: protobuf, HDF5 and NumPy
+# generations, saving formats, tf.data, Horovod's build, installing beside
+# tensorflow-cpu) with the CPU kernels TensorFlow does not pick here, so that
+# with `make test` every kernel-sensitive test runs under both families. Less
+# the tests marked `slow`, whose subject is an algorithm or a process
+# boundary that one TensorFlow shows as well as another.
 test-compat:
-	$(MAKE) --no-print-directory test VENV=$(TF_FLOOR_VENV) TF_SPEC="$(TF_FLOOR_SPEC)" \
-		SUITE_KERNELS=other SUITE_ARGS='-m "not slow"'
+	$(MAKE) --no-print-directory test $(FLOOR) SUITE_KERNELS=other SUITE_ARGS='-m "compat and not slow"'
 
 # make test, recording each file's seconds into tests/durations.json (commit
 # it): the suite's files run longest first, so that no long file is left
 # to one worker at the end.
 test-durations:
 	KERAS_CAFFE_RECORD_DURATIONS=1 $(MAKE) --no-print-directory test KERNELS_AGAIN=0
+
+# The research claims of docs/claims.md, each a benchmark at the claim's size
+# that exits 1 when the claim fails (about 20 CPU minutes in all); the suite
+# keeps smoke tests of the same code (tests/test_yellowfin_no_tuning.py,
+# tests/test_yellowfin_closed_loop.py).
+verify-claims: install
+	$(BIN)/python benchmarks/yellowfin_no_tuning.py --seeds 0,1,2 --check
+	$(BIN)/python benchmarks/yellowfin_closed_loop.py --check
 
 bench: install
 	$(BIN)/python benchmarks/optimizer_step.py

@@ -12,13 +12,15 @@ import pytest
 from keras_caffe.importers.atomic import atomic_output
 
 from support import GOLDEN
+from tiers import COMPAT, NOT_QUICK
 
 
 @pytest.fixture(scope="session")
 def golden():
-    """``../shared/golden``; the suite fails (not skips) without it."""
+    """``tests/golden``, BVLC Caffe's recordings in the repository; the suite
+    fails (not skips) without it. The large forward nets: support.golden_net."""
     if not (GOLDEN / "README.md").is_file():
-        pytest.fail(f"golden Caffe data not found at {GOLDEN} (set KERAS_CAFFE_GOLDEN)")
+        pytest.fail(f"golden Caffe data not found at {GOLDEN} (tests/golden, part of the repository)")
     return GOLDEN
 
 
@@ -67,12 +69,25 @@ def _recorded():
     return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
 
 
+def _mark_tiers(items):
+    """The tiers' markers (tests/tiers.py): ``compat`` for tests marked
+    ``kernels`` and files in COMPAT; ``quick`` for tests not marked ``slow``
+    in files outside NOT_QUICK."""
+    for item in items:
+        name = _file_of(item.nodeid)
+        if name in COMPAT or item.get_closest_marker("kernels"):
+            item.add_marker(pytest.mark.compat)
+        if name not in NOT_QUICK and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.quick)
+
+
 def pytest_collection_modifyitems(items):
-    """The longest files first, each whole and in its own order: ``make
-    test``'s pytest-xdist workers take whole files in collection order
-    (``--no-loadscope-reorder``), so a long file started last would leave
-    one worker alone at the end. Lengths are those recorded in
-    ``durations.json``; a file not there counts a second per test."""
+    """The tiers' markers, then the longest files first, each whole and in
+    its own order: ``make test``'s pytest-xdist workers take whole files in
+    collection order (``--no-loadscope-reorder``), so a long file started
+    last would leave one worker alone at the end. Lengths are those recorded
+    in ``durations.json``; a file not there counts a second per test."""
+    _mark_tiers(items)
     recorded = _recorded()
     tests = Counter(_file_of(item.nodeid) for item in items)
     seconds = {name: recorded.get(name, float(count)) for name, count in tests.items()}
@@ -80,11 +95,12 @@ def pytest_collection_modifyitems(items):
 
 
 class _DurationRecorder:
-    """Sums each file's setup, call and teardown times over a run and merges
-    them into ``durations.json`` (files that did not run keep their
-    figures), written atomically (``atomic_output``)."""
+    """Sums each file's setup, call and teardown times over a run and writes
+    them to ``path`` atomically (``atomic_output``); with ``merge``, into
+    what the file holds (files that did not run keep their figures)."""
 
-    def __init__(self):
+    def __init__(self, path, merge):
+        self.path, self.merge = path, merge
         self.seconds = {}
 
     def pytest_runtest_logreport(self, report):
@@ -92,14 +108,24 @@ class _DurationRecorder:
         self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
 
     def pytest_sessionfinish(self):
-        merged = _recorded()
+        merged = _recorded() if self.merge else {}
         merged.update({name: round(value, 1) for name, value in self.seconds.items()})
-        with atomic_output(DURATIONS) as tmp:
+        with atomic_output(self.path) as tmp:
             Path(tmp).write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
 def pytest_configure(config):
-    """KERAS_CAFFE_RECORD_DURATIONS=1 records the files' times; under
-    pytest-xdist only the controller, which sees every worker's reports."""
-    if os.environ.get("KERAS_CAFFE_RECORD_DURATIONS") == "1" and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(_DurationRecorder(), "keras-caffe-durations")
+    """The files' times recorded, under
+    pytest-xdist by the controller only, which sees every worker's reports:
+    KERAS_CAFFE_RECORD_DURATIONS=1 merges them into durations.json (make
+    test-durations), KERAS_CAFFE_DURATIONS_OUT=PATH writes this run's alone
+    to PATH (.ci/run prints the slowest files from it)."""
+    if hasattr(config, "workerinput"):
+        return
+    if os.environ.get("KERAS_CAFFE_RECORD_DURATIONS") == "1":
+        config.pluginmanager.register(_DurationRecorder(DURATIONS, merge=True),
+                                      "keras-caffe-durations")
+    out = os.environ.get("KERAS_CAFFE_DURATIONS_OUT")
+    if out:
+        config.pluginmanager.register(_DurationRecorder(Path(out), merge=False),
+                                      "keras-caffe-durations-out")

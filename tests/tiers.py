@@ -1,0 +1,100 @@
+"""Which test files each tier leaves out or adds: the suite's tiers in one
+place (conftest.py turns these tables into markers; tests/test_tiers.py
+checks that every file named here exists, so a rename cannot drop a file
+from a tier unseen).
+
+- ``make test``: every test, with TensorFlow's default CPU kernels.
+- ``make test-quick``: the edit loop, ``-m quick``: every file except those in
+  NOT_QUICK (processes, horovodrun, whole-net training) and except tests
+  marked ``slow``.
+- ``make test-compat``: ``-m compat``, on the oldest TensorFlow setup.cfg
+  allows (2.16: NumPy 1.x, protobuf 4.x) with the other CPU kernel family:
+  what can differ between TensorFlow versions and kernel families. A test is
+  ``compat`` when it is marked ``kernels`` (its numbers depend on oneDNN or
+  Eigen: convolution family, LMS, golden parity; so every such test runs
+  under both families in .ci/run) or its file is in COMPAT.
+
+How COMPAT was chosen: by what the code under test touches that the
+TensorFlow version or the NumPy/protobuf generation it comes with changes.
+Not chosen: tests of argument checks, layer-type shape rules, CLI wording,
+the analysis tables and Python-only logic, whose code paths are the same on
+every TensorFlow; tests whose TensorFlow-facing part another compat test
+already runs (test_optimizers: the golden solver replays; test_cli_export:
+test_caffemodel_bytes and test_snapshot write the same files; test_cli_train:
+test_solver and test_lms_solver run the loop); the wheel's contents
+(test_packaging), which no TensorFlow changes; and the `slow` tests (their subject is an algorithm or a
+process boundary, which one TensorFlow shows as well as another).
+"""
+
+#: Files whose code paths differ between TensorFlow versions (or the NumPy
+#: and protobuf generations each one pins), with the reason.
+COMPAT = {
+    # protobuf 4.x against 5.x-7.x: text and binary parsing, the generated
+    # caffe_pb2 module, the size checks before a parse.
+    "tests/test_proto.py": "protobuf runtime against the generated caffe_pb2",
+    "tests/importers/test_netfile.py": "protobuf text format, upgrade of V1 nets",
+    "tests/importers/test_hostile_files.py": "protobuf binary parse bounds",
+    "tests/importers/test_caffemodel_bytes.py": "protobuf wire bytes, byte-for-byte export",
+    "tests/test_solver_files.py": "protobuf text format of solver files",
+    "tests/importers/test_import_errors.py": "protobuf parse errors turned into ours",
+    # NumPy 1.x against 2.x, h5py built for each: HDF5 files and snapshots.
+    "tests/importers/test_snapshot.py": "HDF5 and binaryproto snapshots (h5py, NumPy 1/2)",
+    "tests/callbacks/test_snapshot_callback.py": "snapshot files written from Keras callbacks",
+    "tests/test_solver_resume.py": "exact resume: tf.data position, RNG state, snapshot formats",
+    # Keras/TensorFlow saving formats: .keras and .h5 round trips.
+    "tests/test_public_api.py": "the public names and .keras files written and loaded",
+    # tf.data: the data layers' pipelines (ops and their ordering per version).
+    "tests/importers/test_pipelines.py": "tf.data engine of the data layers",
+    "tests/importers/test_pipelines_errors.py": "errors raised from inside tf.data",
+    "tests/importers/test_pipelines_sources.py": "tf.data sources: HDF5, LMDB, lists",
+    "tests/importers/test_pipelines_images.py": "image decoding ops",
+    "tests/importers/test_dense_image_data.py": "image decoding and resizing ops",
+    "tests/importers/test_video_data.py": "tf.data over video frames",
+    # The schedules traced into tf.function (the optimizers' TensorFlow-only
+    # paths run in the golden solver tests, marked `kernels`).
+    "tests/test_schedules.py": "schedules traced into tf.function",
+    "tests/test_solver.py": "the training loop: tf.function step, tf.data input, logs",
+    # Horovod: built against each TensorFlow by our own command.
+    "tests/test_horovod_build.py": "the build plan against the venv's TensorFlow",
+    "tests/distributed/test_collectives.py": "horovodrun -np 2 with the Horovod built here",
+    "tests/distributed/test_distributed_unit.py": "Horovod ops wrapped for Keras 3 tensors",
+    # Installing beside the user's TensorFlow distribution (tensorflow-cpu in
+    # the compat venv, tensorflow in the other).
+    "tests/test_install.py": "installing never replaces the user's TensorFlow",
+    # The memory measurements read TensorFlow's allocator and the kernels'.
+    "tests/importers/test_memory_budget.py": "memory probes of each TensorFlow",
+}
+
+#: Files ``make test-quick`` leaves out, with the reason: they start
+#: processes (TensorFlow imports of several seconds each, horovodrun) or
+#: train whole nets.
+NOT_QUICK = {
+    "tests/distributed/test_collectives.py": "horovodrun",
+    "tests/distributed/test_elastic.py": "horovodrun, elastic restarts",
+    "tests/distributed/test_fit.py": "horovodrun",
+    "tests/distributed/test_signals_distributed.py": "horovodrun and signals",
+    "tests/distributed/test_solver_distributed.py": "horovodrun",
+    "tests/test_benchmark_scripts.py": "runs benchmark scripts as processes",
+    "tests/test_cpu_memory_pool.py": "processes under memory limits",
+    "tests/test_example_elastic.py": "runs an example under horovodrun",
+    "tests/test_example_horovod.py": "runs an example under horovodrun",
+    "tests/test_example_yellowfin.py": "runs an example: whole-net training",
+    "tests/test_examples.py": "runs the examples as processes",
+    "tests/test_finetune.py": "whole-net fine-tuning in processes",
+    "tests/test_fuzz.py": "fuzzing in worker processes",
+    "tests/test_install.py": "pip installs into new venvs",
+    "tests/test_lms_ceiling.py": "processes under RLIMIT_DATA",
+    "tests/test_packaging.py": "builds the wheel, new venvs",
+    "tests/test_readme.py": "runs the README's commands",
+    "tests/test_signals.py": "training runs interrupted by signals",
+    "tests/test_snapshot_crashes.py": "processes killed at write points",
+    "tests/test_snapshot_crashes_cli.py": "processes killed at write points",
+    "tests/test_solver_mirrored.py": "training with MirroredStrategy",
+    "tests/test_solver_resume.py": "training, then resume in fresh processes",
+    "tests/test_mirrored.py": "training with MirroredStrategy",
+    "tests/test_cli_train.py": "whole-net training through keras-caffe train",
+    "tests/test_yellowfin_closed_loop.py": "smoke runs of the closed-loop claim (make verify-claims)",
+    "tests/test_yellowfin_no_tuning.py": "smoke trainings of the no-tuning claim (make verify-claims)",
+    "tests/importers/test_memory_budget.py": "a process per net",
+    "tests/importers/test_pipelines_leveldb.py": "a process holding the database lock",
+}
