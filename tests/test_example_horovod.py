@@ -11,7 +11,8 @@ on the 8-class synthetic gratings (chance 0.125); the tests require 0.75
 
 import re
 
-from hvd_support import check, horovodrun, python, require_horovod
+import pytest
+from hvd_support import Cases, check, python, require_horovod
 from support import REPO
 
 from keras_caffe.distributed._hvd import INSTALL_HINT  # the tests may read internals
@@ -27,10 +28,25 @@ def final(output):
     return accuracy, val_accuracy
 
 
-def test_two_workers(tmp_path):
-    """Rank 0 alone prints the result and Caffe's log and writes the snapshots."""
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """The script's two ``horovodrun -np 2`` runs (SGD, YellowFin) as the
+    cases of one launch, each in its own folder."""
     require_horovod()
-    out = check(horovodrun([SCRIPT, "--display", "40"], np=2, timeout=240, cwd=tmp_path)).stdout
+    root = tmp_path_factory.mktemp("horovod_train")
+    cases = Cases(root / "cases")
+    for name, extra in (("sgd", ["--display", 40]),
+                        ("yellowfin", ["--yellowfin", "--display", 100])):
+        (root / name).mkdir()
+        cases.add(name, [SCRIPT, *extra], cwd=root / name)
+    return root, cases.horovodrun()
+
+
+def test_two_workers(two_workers):
+    """Rank 0 alone prints the result and Caffe's log and writes the snapshots."""
+    root, cases = two_workers
+    tmp_path = root / "sgd"
+    out = cases.ok("sgd")  # this run's lines of the launch
     assert "[0]<stdout>:2 worker(s), global batch 64, 192 iterations of SGD (step policy, " \
            "scaled x2)" in out
     accuracy, val_accuracy = final(out)
@@ -71,11 +87,9 @@ def test_without_horovod_prints_how_to_install(tmp_path):
     assert not (tmp_path / "horovod_snapshots").exists()
 
 
-def test_two_workers_yellowfin(tmp_path):
+def test_two_workers_yellowfin(two_workers):
     """--yellowfin: measured val_accuracy 0.851 (np=2); required 0.7."""
-    require_horovod()
-    out = check(horovodrun([SCRIPT, "--yellowfin", "--display", "100"], np=2, timeout=240,
-                           cwd=tmp_path)).stdout
+    out = two_workers[1].ok("yellowfin")
     assert "[0]<stdout>:2 worker(s), global batch 64, 192 iterations of YellowFin" in out
     accuracy, val_accuracy = final(out)
     assert accuracy > 0.65 and val_accuracy > 0.7, out[-3000:]

@@ -56,5 +56,12 @@ solver_module.train_function = train_function
 if JOIN_FILE:
     from keras_caffe.distributed import elastic_solver
 
-    elastic_solver.SolverState.commit = wait_for_joiner(elastic_solver.SolverState.commit)
-sys.exit(cli.main())
+    _commit = elastic_solver.SolverState.commit
+    elastic_solver.SolverState.commit = wait_for_joiner(_commit)
+try:
+    status = cli.main()
+finally:  # as it was: hvd_support's case runner may run more in this process
+    solver_module.train_function = _train_function
+    if JOIN_FILE:
+        elastic_solver.SolverState.commit = _commit
+sys.exit(status)

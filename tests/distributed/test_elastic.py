@@ -10,13 +10,17 @@ run snapshotted there and resumed by one process.
 """
 
 import re
+import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hvd_support import (
-    FIT_WORKER, check, discovery_script, horovodrun, horovodrun_elastic, python, require_horovod)
+    FIT_WORKER, Cases, check, discovery_script, horovodrun_elastic, require_horovod, selected)
+from test_solver_distributed import add_train, caffemodel, lenet  # noqa: F401 - fixture
 
 STEPS = 20
+ELASTIC_CLI = FIT_WORKER.parent / "elastic_cli.py"
 
 
 def weights(npz):
@@ -30,22 +34,93 @@ def synced(log):
         r"synced rank (\d+) of (\d+) at iteration (\d+): weights (\w+)", log)]
 
 
+def copy_snapshot(source, folder, iteration):
+    """``source``'s ``snap/lenet_iter_{iteration}`` pair into ``folder/snap``
+    (where a run resuming it writes its own), if ``source`` wrote it."""
+    (folder / "snap").mkdir(parents=True)
+    for suffix in ("caffemodel", "solverstate"):
+        name = f"lenet_iter_{iteration}.{suffix}"
+        if (source / "snap" / name).is_file():
+            shutil.copyfile(source / "snap" / name, folder / "snap" / name)
+
+
 @pytest.fixture(scope="module")
-def fit_reference(tmp_path_factory):
-    """2 workers to iteration 10 (snapshot), then one process to 20."""
+def runs(tmp_path_factory, request):
+    """The runs the elastic jobs are compared with, and the ``--elastic``
+    run under a plain horovodrun, in three launches (``Cases``; a fit case
+    named N writes ``root/N``), each holding only what the selected tests
+    read:
+
+    - ``before`` (``python``): one process to iteration 8 (snapshot) for the
+      fit join; ``keras-caffe train`` np=1 for the solver join;
+    - ``main`` (``horovodrun -np 2``): the fit reference's 2 workers to
+      iteration 10 (snapshot); 2 workers resuming ``before``'s iteration-8
+      snapshot; the solver's np=2 run; np=2 resuming the np=1 run's
+      iteration-10 snapshot; last the ``--elastic`` run whose rank 1 dies
+      (which fails the launch);
+    - ``after`` (``python``): one process resuming ``main``'s snapshots
+      (fit: iteration 10 to 20; ``keras-caffe train``: np2's iteration 10).
+    """
     require_horovod()
-    root = tmp_path_factory.mktemp("fit_ref")
-    check(horovodrun([FIT_WORKER, root / "first", "--steps", 10, "--dropout",
-                      "--snapshot-every", 10]))
-    check(python([FIT_WORKER, root / "one", "--steps", STEPS, "--dropout", "--reference",
-                  "--resume", root / "first" / "snap_iter_10.solverstate"]))
-    return np.load(root / "one" / "rank0.npz")
+    wanted = {name: selected(request, f"test_{name}") for name in (
+        "fit_survives_a_killed_worker", "fit_takes_in_a_new_worker_with_rank_0s_state",
+        "solver_survives_a_killed_worker", "solver_takes_in_a_new_worker_with_rank_0s_state",
+        "elastic_flag_without_an_elastic_launch_still_stops_in_bounded_time")}
+    fit_killed, fit_joined, solver_killed, solver_joined, plain = wanted.values()
+    root = tmp_path_factory.mktemp("elastic_runs")
+    lenet = request.getfixturevalue("lenet") if solver_killed or solver_joined or plain else None
+    before, main, after = (Cases(root / f"{name}_cases") for name in ("before", "main", "after"))
+    if solver_joined:
+        add_train(before, "np1_32", lenet / "np1_32", lenet / "solver32.prototxt")
+    if fit_joined:
+        before.add("one", [FIT_WORKER, root / "one", "--steps", 8, "--dropout",
+                           "--snapshot-every", 8])
+    if fit_killed:
+        main.add("first", [FIT_WORKER, root / "first", "--steps", 10, "--dropout",
+                           "--snapshot-every", 10])
+        after.add("one_ref", [FIT_WORKER, root / "one_ref", "--steps", STEPS, "--dropout",
+                              "--reference", "--resume",
+                              root / "first" / "snap_iter_10.solverstate"])
+    if fit_joined:
+        main.add("two", [FIT_WORKER, root / "two", "--steps", STEPS, "--dropout",
+                         "--resume", root / "one" / "snap_iter_8.solverstate"])
+    if solver_killed:
+        add_train(main, "np2", lenet / "np2", lenet / "solver32.prototxt")
+        add_train(after, "np2_then_np1", lenet / "np2_then_np1", lenet / "solver32.prototxt",
+                  "--snapshot", "snap/lenet_iter_10.solverstate")
+    if solver_joined:
+        add_train(main, "np1_then_np2", lenet / "np1_then_np2", lenet / "solver32.prototxt",
+                  "--snapshot", "snap/lenet_iter_10.solverstate")
+    if plain:
+        (lenet / "plain").mkdir()
+        main.add("plain", [ELASTIC_CLI, "train", "--solver", lenet / "solver32.prototxt",
+                           "--log-format", "caffe", "--elastic", "--commit-every", 10],
+                 cwd=lenet / "plain", env={"KILL_RANK": 1, "KILL_AT": 13}, fails=True,
+                 timeout=180)
+    if before.cases:
+        before.python()
+    if solver_joined:
+        copy_snapshot(lenet / "np1_32", lenet / "np1_then_np2", 10)
+    if main.cases:
+        main.horovodrun()
+    if solver_killed:
+        copy_snapshot(lenet / "np2", lenet / "np2_then_np1", 10)
+    if after.cases:
+        after.python()
+    return SimpleNamespace(root=root, before=before, main=main, after=after)
 
 
-def test_fit_survives_a_killed_worker(tmp_path, fit_reference):
+def load(runs, cases, name, rank=0):
+    """``rank{rank}.npz`` of fit case ``name`` (which must have finished)."""
+    cases.ok(name)
+    return np.load(runs.root / name / f"rank{rank}.npz")
+
+
+def test_fit_survives_a_killed_worker(tmp_path, runs):
     """Rank 0 dies after iteration 13 (commits every 5: at 5, 10, 15...).
     Rank 1 goes back to iteration 10, becomes rank 0 of 1 (its dropout
-    seeds moved to rank 0's stream), and ends where the reference ends."""
+    seeds moved to rank 0's stream), and ends where the reference ends: 2
+    workers to iteration 10 (snapshot), then one process to 20."""
     hosts = discovery_script(tmp_path / "hosts.sh", "localhost:1", "127.0.0.1:1")
     result = check(horovodrun_elastic(
         [FIT_WORKER, tmp_path / "e", "--steps", STEPS, "--dropout", "--elastic",
@@ -56,11 +131,13 @@ def test_fit_survives_a_killed_worker(tmp_path, fit_reference):
     out = np.load(tmp_path / "e" / "rank0.npz")
     assert int(out["iterations"]) == STEPS
     assert not (tmp_path / "e" / "rank1.npz").exists()
+    fit_reference = load(runs, runs.after, "one_ref")
+    runs.main.ok("first")
     for a, b in zip(weights(out), weights(fit_reference)):
         np.testing.assert_array_equal(a, b)
 
 
-def test_fit_takes_in_a_new_worker_with_rank_0s_state(tmp_path):
+def test_fit_takes_in_a_new_worker_with_rank_0s_state(tmp_path, runs):
     """One worker, then a second host appears (the discovery script lists
     127.0.0.1 once rank 0 creates a file after iteration 8, and rank 0
     commits until Horovod reports it). The new worker starts from rank 0's
@@ -81,19 +158,12 @@ def test_fit_takes_in_a_new_worker_with_rank_0s_state(tmp_path):
     assert int(rank0["iterations"]) == int(rank1["iterations"]) == STEPS
     for a, b in zip(weights(rank0), weights(rank1)):
         np.testing.assert_array_equal(a, b)
-    check(python([FIT_WORKER, tmp_path / "one", "--steps", 8, "--dropout",
-                  "--snapshot-every", 8]))
-    check(horovodrun([FIT_WORKER, tmp_path / "two", "--steps", STEPS, "--dropout",
-                      "--resume", tmp_path / "one" / "snap_iter_8.solverstate"]))
-    for a, b in zip(weights(rank0), weights(np.load(tmp_path / "two" / "rank0.npz"))):
+    runs.before.ok("one")
+    for a, b in zip(weights(rank0), weights(load(runs, runs.main, "two"))):
         np.testing.assert_array_equal(a, b)
 
 
 # -- keras-caffe train --elastic ------------------------------------------------------
-
-from test_solver_distributed import caffemodel, lenet, train  # noqa: E402,F401 - fixture
-
-ELASTIC_CLI = FIT_WORKER.parent / "elastic_cli.py"
 
 
 def same_caffemodels(a, b):
@@ -105,7 +175,7 @@ def same_caffemodels(a, b):
 
 
 @pytest.mark.slow  # the fit tests run the same state sync on every TensorFlow
-def test_solver_survives_a_killed_worker(lenet):
+def test_solver_survives_a_killed_worker(lenet, runs):
     """``keras-caffe train --elastic --commit-every 10``: rank 1 dies at the
     chunk starting at iteration 16; rank 0 goes back to iteration 10 and
     trains alone to 20. Its weights equal the 2-worker run's iteration-10
@@ -119,15 +189,9 @@ def test_solver_survives_a_killed_worker(lenet):
     log = result.stdout
     assert "workers: 2 -> 1, resumed from iteration 10" in log, log[-4000:]
     assert "Optimization Done" in log
-    if not (lenet / "np2" / "snap" / "lenet_iter_10.caffemodel").exists():
-        train(lenet / "np2", lenet / "solver32.prototxt", 2)
+    runs.main.ok("np2")
+    runs.after.ok("np2_then_np1")  # np2's iteration-10 pair copied, resumed by one process
     resumed = lenet / "np2_then_np1"
-    resumed.mkdir()
-    (resumed / "snap").mkdir()
-    for suffix in ("caffemodel", "solverstate"):
-        name = f"lenet_iter_10.{suffix}"
-        (resumed / "snap" / name).write_bytes((lenet / "np2" / "snap" / name).read_bytes())
-    train(resumed, lenet / "solver32.prototxt", 1, "--snapshot", "snap/lenet_iter_10.solverstate")
     # the 2-worker part is the plain 2-worker run; the rest is one process resumed
     same_caffemodels(cwd / "snap" / "lenet_iter_10.caffemodel",
                      lenet / "np2" / "snap" / "lenet_iter_10.caffemodel")
@@ -136,7 +200,7 @@ def test_solver_survives_a_killed_worker(lenet):
 
 
 @pytest.mark.slow  # the fit tests run the same state sync on every TensorFlow
-def test_solver_takes_in_a_new_worker_with_rank_0s_state(lenet):
+def test_solver_takes_in_a_new_worker_with_rank_0s_state(lenet, runs):
     """One worker; at the commit of iteration 10 a second host appears and
     its worker joins with rank 0's state; the run ends equal to one process
     snapshotted at 10 and resumed by two (which it cannot unless the joiner
@@ -152,30 +216,24 @@ def test_solver_takes_in_a_new_worker_with_rank_0s_state(lenet):
         env={"JOIN_AT": 10, "JOIN_FILE": flag}))
     assert "workers: 1 -> 2, resumed from iteration 10" in result.stdout, result.stdout[-4000:]
     one = lenet / "np1_32"
-    train(one, lenet / "solver32.prototxt", 1)
+    runs.before.ok("np1_32")
+    runs.main.ok("np1_then_np2")  # np1_32's iteration-10 pair copied, resumed by two workers
     resumed = lenet / "np1_then_np2"
-    (resumed / "snap").mkdir(parents=True)
-    for suffix in ("caffemodel", "solverstate"):
-        name = f"lenet_iter_10.{suffix}"
-        (resumed / "snap" / name).write_bytes((one / "snap" / name).read_bytes())
-    train(resumed, lenet / "solver32.prototxt", 2, "--snapshot", "snap/lenet_iter_10.solverstate")
     same_caffemodels(cwd / "snap" / "lenet_iter_10.caffemodel",
                      one / "snap" / "lenet_iter_10.caffemodel")
     same_caffemodels(cwd / "snap" / "lenet_iter_20.caffemodel",
                      resumed / "snap" / "lenet_iter_20.caffemodel")
 
 
-def test_elastic_flag_without_an_elastic_launch_still_stops_in_bounded_time(lenet):
+def test_elastic_flag_without_an_elastic_launch_still_stops_in_bounded_time(lenet, runs):
     """``--elastic`` under a plain ``horovodrun -np 2`` (no ``--min-np``):
     Horovod cannot replace workers there, so a lost worker stops the job in
     bounded time (the timeout), without a recovery, and rank 0 says so at
     the start. (Rank 0's ``DistributedError`` line races with the launcher
-    terminating it, so it is not required.)"""
+    terminating it, so it is not required.) The last case of its launch:
+    the launch's exit status is this run's, its output this run's lines."""
     cwd = lenet / "plain"
-    cwd.mkdir()
-    result = horovodrun([ELASTIC_CLI, "train", "--solver", lenet / "solver32.prototxt",
-                         "--log-format", "caffe", "--elastic", "--commit-every", 10], cwd=cwd,
-                        env={"KILL_RANK": 1, "KILL_AT": 13}, timeout=180)
+    result = runs.main.failure("plain")
     assert result.returncode != 0
     assert "--elastic: not an elastic horovodrun" in result.stdout
     assert "Process 1 exit with status code 137" in result.stdout, result.stdout[-3000:]

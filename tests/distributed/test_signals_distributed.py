@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 
-from hvd_support import environment, horovodrun_exe, require_horovod
+from hvd_support import environment, horovodrun_exe, note_launch, require_horovod
 from train_runs import FOREVER, TIMEOUT, command, golden_folder, snapshots
 
 
@@ -26,6 +26,7 @@ def worker(launcher, rank):
 def test_sigint_to_one_worker_stops_every_worker(golden, tmp_path):
     require_horovod()
     folder = golden_folder(golden, tmp_path, "hvd")
+    note_launch("horovodrun")
     launcher = subprocess.Popen(
         [horovodrun_exe(), "-np", "2", "-H", "localhost:2", "--gloo",
          *command("--solver", "solver.prototxt", "--max-iter", FOREVER, "--log-format", "caffe")],

@@ -10,10 +10,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hvd_support import caffemodel, check, environment, horovodrun, python, require_horovod
+from hvd_support import Cases, caffemodel, environment, note_launch, require_horovod, selected
 
 REPO = Path(__file__).resolve().parents[2]
 LENET = REPO / "examples" / "lenet_solver"
@@ -40,6 +41,7 @@ random_seed: 1701
 def lenet(tmp_path_factory):
     require_horovod()
     root = tmp_path_factory.mktemp("lenet")
+    note_launch("python (make_data.py: NumPy and LMDB, no TensorFlow)")
     subprocess.run([sys.executable, str(LENET / "make_data.py"), "--train", "1280", "--test",
                     "200", "--out", str(root)], check=True, env=environment(),
                    stdout=subprocess.DEVNULL)
@@ -58,16 +60,62 @@ def lenet(tmp_path_factory):
     return root
 
 
-def train(cwd, solver, np_, *extra):
+def add_train(cases, name, cwd, solver, *extra, **options):
+    """``keras-caffe train`` in ``cwd`` as case ``name`` of ``cases``."""
     cwd.mkdir(exist_ok=True)
-    args = [*CLI, "train", "--solver", solver, "--log-format", "caffe", *extra]
-    run = horovodrun(args, np=np_, cwd=cwd) if np_ > 1 else python(args, cwd=cwd)
-    return check(run).stdout
+    cases.add(name, [*CLI, "train", "--solver", solver, "--log-format", "caffe", *extra],
+              cwd=cwd, **options)
 
 
-def test_two_workers_train_like_one_with_twice_the_batch(lenet):
-    log2 = train(lenet / "np2", lenet / "solver32.prototxt", 2)
-    log1 = train(lenet / "np1", lenet / "solver64.prototxt", 1)
+TWO_WORKERS = "test_two_workers_train_like_one_with_twice_the_batch"
+RESUMED = "test_resumed_distributed_run_equals_uninterrupted"
+XLA = "test_xla_train_step_runs_the_all_reduce_outside_the_compiled_region"
+SLOW = "test_iter_size_two_workers_train_like_one_with_four_times_the_batch"
+
+
+@pytest.fixture(scope="module")
+def runs(lenet, request):
+    """The module's ``keras-caffe train`` runs in two ``horovodrun -np 2``
+    launches (``Cases``), each holding only what the selected tests read:
+    ``main``, first the np=1 runs, split between the two processes, each
+    run as a plain process would run it (without horovodrun's variables,
+    before anything imports Horovod: the command line then trains alone),
+    then the np=2 runs; and ``resumed``, a new job resuming ``np2``'s
+    iteration-10 snapshot."""
+    slow = selected(request, SLOW)
+    main = Cases(lenet / "main_cases")
+    if selected(request, TWO_WORKERS, XLA):
+        add_train(main, "np1", lenet / "np1", lenet / "solver64.prototxt", rank=0, plain=True)
+    if slow:
+        add_train(main, "np1_iter4", lenet / "np1_iter4", lenet / "solver32_iter4.prototxt",
+                  rank=1, plain=True)
+        add_train(main, "np1_b128", lenet / "np1_b128", lenet / "solver128.prototxt", rank=1,
+                  plain=True)
+    if selected(request, TWO_WORKERS, RESUMED):
+        add_train(main, "np2", lenet / "np2", lenet / "solver32.prototxt")
+    if selected(request, XLA):
+        add_train(main, "np2_xla", lenet / "np2_xla", lenet / "solver32.prototxt", "--jit", "on")
+    if slow:
+        add_train(main, "np2_iter2", lenet / "np2_iter2", lenet / "solver32_iter2.prototxt")
+    if main.cases:
+        main.horovodrun()
+    resumed = Cases(lenet / "resumed_cases")
+    if selected(request, RESUMED):
+        folder = lenet / "np2_resumed"
+        folder.mkdir()
+        if (lenet / "np2" / "snap").is_dir():
+            shutil.copytree(lenet / "np2" / "snap", folder / "snap")
+            (folder / "snap" / "lenet_iter_20.caffemodel").unlink(missing_ok=True)
+            (folder / "snap" / "lenet_iter_20.solverstate").unlink(missing_ok=True)
+        add_train(resumed, "np2_resumed", folder, lenet / "solver32.prototxt",
+                  "--snapshot", "snap/lenet_iter_10.solverstate")
+        resumed.horovodrun()
+    return SimpleNamespace(main=main, resumed=resumed)
+
+
+def test_two_workers_train_like_one_with_twice_the_batch(lenet, runs):
+    log2 = runs.main.ok("np2")  # this case's lines of the launch
+    log1 = runs.main.ok("np1")
     two = caffemodel(lenet / "np2" / "snap" / "lenet_iter_20.caffemodel")
     one = caffemodel(lenet / "np1" / "snap" / "lenet_iter_20.caffemodel")
     assert sorted(two) == sorted(one) == ["conv1", "conv2", "ip1", "ip2"]
@@ -86,15 +134,10 @@ def test_two_workers_train_like_one_with_twice_the_batch(lenet):
     assert "Iteration 20" in log1
 
 
-def test_resumed_distributed_run_equals_uninterrupted(lenet):
-    if not (lenet / "np2" / "snap" / "lenet_iter_20.caffemodel").exists():
-        train(lenet / "np2", lenet / "solver32.prototxt", 2)
+def test_resumed_distributed_run_equals_uninterrupted(lenet, runs):
+    runs.main.ok("np2")
+    runs.resumed.ok("np2_resumed")
     resumed = lenet / "np2_resumed"
-    resumed.mkdir()
-    shutil.copytree(lenet / "np2" / "snap", resumed / "snap")
-    (resumed / "snap" / "lenet_iter_20.caffemodel").unlink()
-    (resumed / "snap" / "lenet_iter_20.solverstate").unlink()
-    train(resumed, lenet / "solver32.prototxt", 2, "--snapshot", "snap/lenet_iter_10.solverstate")
     whole = caffemodel(lenet / "np2" / "snap" / "lenet_iter_20.caffemodel")
     again = caffemodel(resumed / "snap" / "lenet_iter_20.caffemodel")
     for name in whole:
@@ -102,14 +145,13 @@ def test_resumed_distributed_run_equals_uninterrupted(lenet):
             np.testing.assert_array_equal(a, b)
 
 
-def test_xla_train_step_runs_the_all_reduce_outside_the_compiled_region(lenet):
+def test_xla_train_step_runs_the_all_reduce_outside_the_compiled_region(lenet, runs):
     """``--jit on``: forward/backward and the update are XLA-compiled, the
     all-reduce runs between them; the run still equals one worker with twice
     the batch (XLA's own rounding allowed: rtol 1e-4)."""
-    log = train(lenet / "np2_xla", lenet / "solver32.prototxt", 2, "--jit", "on")
+    log = runs.main.ok("np2_xla")
     assert "XLA on" in log
-    if not (lenet / "np1" / "snap" / "lenet_iter_20.caffemodel").exists():
-        train(lenet / "np1", lenet / "solver64.prototxt", 1)
+    runs.main.ok("np1")
     xla = caffemodel(lenet / "np2_xla" / "snap" / "lenet_iter_20.caffemodel")
     one = caffemodel(lenet / "np1" / "snap" / "lenet_iter_20.caffemodel")
     for name in one:
@@ -118,16 +160,15 @@ def test_xla_train_step_runs_the_all_reduce_outside_the_compiled_region(lenet):
 
 
 @pytest.mark.slow  # test_fit's iter_size test runs that reduce on every TensorFlow
-def test_iter_size_two_workers_train_like_one_with_four_times_the_batch(lenet):
+def test_iter_size_two_workers_train_like_one_with_four_times_the_batch(lenet, runs):
     """np=2 x iter_size 2 x batch 32: each worker sums its two passes and
     all-reduces that sum once per iteration. It equals np=1 x iter_size 4 x
     batch 32, the same four batches of 32 summed in another order (rtol 1e-5,
     atol 1e-7, on both kernel families), and np=1 x batch 128 up to how the
     convolutions sum over the batch, grown over 10 iterations (Eigen on TF
     2.21: up to 6.6e-5 absolute; oneDNN: under 1e-7)."""
-    train(lenet / "np2_iter2", lenet / "solver32_iter2.prototxt", 2)
-    train(lenet / "np1_iter4", lenet / "solver32_iter4.prototxt", 1)
-    train(lenet / "np1_b128", lenet / "solver128.prototxt", 1)
+    for name in ("np2_iter2", "np1_iter4", "np1_b128"):
+        runs.main.ok(name)
     two = caffemodel(lenet / "np2_iter2" / "snap" / "lenet_iter_10.caffemodel")
     same_batches = caffemodel(lenet / "np1_iter4" / "snap" / "lenet_iter_10.caffemodel")
     one = caffemodel(lenet / "np1_b128" / "snap" / "lenet_iter_10.caffemodel")
