@@ -6,15 +6,16 @@ fresh process (TensorFlow reads the variable once, when it creates the CPU
 device), and checks what TensorFlow did, not only the variable: a pooled CPU
 device reports allocator statistics, malloc's does not. Each child names
 its kernels (``TF_ENABLE_ONEDNN_OPTS``), so one pass of the suite covers
-both families."""
+both families. The children are forked (``forked.run``) from a process that
+has imported TensorFlow but made no device yet: TensorFlow makes its CPU
+device, and reads the variable, in the child."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from forked import run as run_forked
 from support import GOLDEN
 
 VAR = "TF_CPU_ALLOCATOR_USE_BFC"
@@ -39,8 +40,7 @@ def child(first, onednn, **env):
     environ = {k: v for k, v in os.environ.items() if k not in (VAR, "KERAS_CAFFE_CPU_TUNING")}
     environ.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
                    TF_ENABLE_ONEDNN_OPTS=onednn, **env)
-    done = subprocess.run([sys.executable, "-c", first + REPORT], capture_output=True, text=True,
-                          timeout=300, env=environ)
+    done = run_forked(["-c", first + REPORT], timeout=300, env=environ)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -12,14 +12,13 @@ are checked against the float64 port of Caffe's SGD (``caffe_reference``).
 
 import io
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import keras_caffe
 from caffe_reference import apply_update, mlp_softmax_diffs
+from forked import run as run_forked
 from keras_caffe.errors import WeightsError
 from keras_caffe.importers.api import caffe_layers
 
@@ -98,8 +97,8 @@ def test_a_changed_shape_is_refused_as_caffe_refuses_it(golden, tmp_path, monkey
 
 
 def cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "keras_caffe.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    """``python -m keras_caffe.cli ARGS``, forked (``forked.run``)."""
+    return run_forked(["-m", "keras_caffe.cli", *args], cwd=cwd, timeout=600)
 
 
 def test_cli_refuses_weights_of_another_net(golden, tmp_path):

@@ -6,7 +6,8 @@ lr_mult 2 and 0, and weight decay (and YellowFin with and without its own
 XLA update): the optimizer sums the replicas' gradients once per update and
 runs Caffe's pipeline on that sum. Both devices end with identical weights
 and optimizer state. The worker runs in a fresh process (the logical devices
-must be made before TensorFlow starts).
+must be made before TensorFlow starts), forked (``forked.run``) from one
+that has imported TensorFlow but not started it.
 """
 
 import sys
@@ -16,7 +17,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "distributed"))
-from hvd_support import check, python  # noqa: E402
+from forked import run as run_forked  # noqa: E402
+from hvd_support import check, environment  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "mirrored_worker.py"
 CASES = ["sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam", "yellowfin",
@@ -26,7 +28,7 @@ CASES = ["sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam", "yellowfin
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("mirrored")
-    check(python([WORKER, out, *CASES], timeout=600))
+    check(run_forked([WORKER, out, *CASES], cwd=out, env=environment(), timeout=600, merge=True))
     return {case: np.load(out / f"{case}.npz") for case in CASES}
 
 

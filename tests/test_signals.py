@@ -6,29 +6,68 @@ goes on, ``-sigint_effect none`` ignores SIGINT, SIGTERM always stops.
 The runs train the golden SGD case (batch 16 of 64 rows: the data position
 matters) through the installed CLI; each is signalled when its log shows a
 given iteration. Resuming a stopped run gives the uninterrupted run's
-weights bit for bit."""
+weights bit for bit. The uninterrupted run is a new interpreter (``python -m
+keras_caffe train``); the others run the same command forked
+(``forked.start``): processes of their own, signalled as such, without
+TensorFlow's import to pay."""
 
 import os
 import re
 import signal
+import tempfile
 import threading
 
 import pytest
 
+import forked
 import keras_caffe
+import train_runs
 from keras_caffe.errors import ArgumentError
 from keras_caffe.signals import Request, SignalEffects
-from train_runs import (FOREVER, Running, assert_same_weights, golden_folder, messages,
-                        plain_lines, snapshots, train)
+from train_runs import (FOREVER, TIMEOUT, assert_same_weights, command, golden_folder, messages,
+                        plain_lines, snapshots)
 
 END = 40  # the uninterrupted run's max_iter (the signals come at iteration 3)
 
 
+class Running(train_runs.Running):
+    """``train_runs.Running``, forked: the watched stream through a FIFO, the
+    other to a file."""
+
+    def __init__(self, *args, cwd, watch="stderr"):
+        self._folder = tempfile.TemporaryDirectory(prefix="running-")
+        fifo, other = (os.path.join(self._folder.name, name) for name in ("watched", "other"))
+        os.mkfifo(fifo)
+        self._other = open(other, "w+")
+        streams = {"stdout": other, "stderr": other, watch: fifo}
+        self.proc = forked.start(command(*args)[1:], cwd=cwd, stdout=streams["stdout"],
+                                 stderr=streams["stderr"])
+        self._watched = open(fifo)  # the child opens it for writing
+        self.seen = []
+
+    def finish(self):
+        try:
+            return super().finish()
+        finally:
+            self._watched.close()
+            self._other.close()
+            self._folder.cleanup()
+
+
+def train(*args, cwd, expect=0):
+    """``train_runs.train``, forked."""
+    proc = forked.run(command(*args)[1:], cwd=cwd, timeout=TIMEOUT)
+    assert proc.returncode == expect, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(golden, tmp_path_factory):
-    """The golden SGD case trained to END without a signal (snapshots every 10)."""
+    """The golden SGD case trained to END without a signal (snapshots every
+    10), in a new interpreter."""
     folder = golden_folder(golden, tmp_path_factory.mktemp("signals"), "uninterrupted")
-    train("--solver", "solver.prototxt", "--max-iter", END, cwd=folder)
+    train_runs.train("--solver", "solver.prototxt", "--max-iter", END, cwd=folder)
     assert snapshots(folder) == [10, 20, 30, 40]
     return folder
 

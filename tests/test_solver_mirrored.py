@@ -6,11 +6,14 @@ crop, mirror or shuffle: two devices with batch 32 and iter_size 2 must end
 where one device with batch 64 and iter_size 2 ends (device d reads batches
 d, d+2, ...: together what the single device reads), with clip_gradients
 clipping the summed gradient. Each run is a fresh process (``--cpu-devices
-2`` splits the CPU before TensorFlow starts).
+2`` splits the CPU before TensorFlow starts): the two-device run a new
+interpreter, the others forked (``forked.run``) from a process that has
+imported TensorFlow but not started it, so the resumed run is checked
+against a run of another interpreter.
 """
 
+import runpy
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "distributed"))
+from forked import run as run_forked  # noqa: E402
 from hvd_support import caffemodel, check, environment, python  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,9 +51,8 @@ TWO = ["--cpu-devices", "2", "--devices", "CPU:0,CPU:1"]
 @pytest.fixture(scope="module")
 def lenet(tmp_path_factory):
     root = tmp_path_factory.mktemp("lenet_mirrored")
-    subprocess.run([sys.executable, str(LENET / "make_data.py"), "--train", "640", "--test",
-                    "100", "--out", str(root)], check=True, env=environment(),
-                   stdout=subprocess.DEVNULL)
+    runpy.run_path(str(LENET / "make_data.py"))["main"](
+        ["--train", "640", "--test", "100", "--out", str(root)])
     text = (LENET / "lenet_train_test.prototxt").read_text()
     for batch in (32, 64):
         (root / f"net{batch}.prototxt").write_text(
@@ -58,9 +61,17 @@ def lenet(tmp_path_factory):
     return root
 
 
-def train(cwd, solver, *extra):
+def python_forked(args, cwd, env=None):
+    """``hvd_support.python``, forked."""
+    return run_forked([*map(str, args)], cwd=cwd, env=environment(**(env or {})), timeout=240,
+                      merge=True)
+
+
+def train(cwd, solver, *extra, fresh=False):
+    """``keras-caffe train``: forked, or (``fresh``) a new interpreter."""
     cwd.mkdir(exist_ok=True)
-    return python([*CLI, "train", "--solver", solver, "--log-format", "caffe", *extra], cwd=cwd)
+    args = [*CLI, "train", "--solver", solver, "--log-format", "caffe", *extra]
+    return python(args, cwd=cwd) if fresh else python_forked(args, cwd)
 
 
 def final_loss(log):
@@ -70,7 +81,7 @@ def final_loss(log):
 
 @pytest.fixture(scope="module")
 def runs(lenet):
-    two = check(train(lenet / "two", lenet / "solver32.prototxt", *TWO)).stdout
+    two = check(train(lenet / "two", lenet / "solver32.prototxt", *TWO, fresh=True)).stdout
     one = check(train(lenet / "one", lenet / "solver64.prototxt")).stdout
     return two, one
 
@@ -125,7 +136,7 @@ def test_device_that_does_not_exist_is_a_clean_error(lenet):
 
 
 def test_gpu_with_horovod_is_refused(lenet):
-    result = python([*CLI, "train", "--solver", lenet / "solver32.prototxt", "--gpu", "0,1"],
-                    cwd=lenet, env={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"})
+    result = python_forked([*CLI, "train", "--solver", lenet / "solver32.prototxt", "--gpu",
+                            "0,1"], cwd=lenet, env={"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"})
     got = error_of(result)
     assert got and "under horovodrun: use one engine at a time" in got[0]

@@ -1,8 +1,13 @@
 """``keras-caffe train`` on the LeNet example: tests, snapshots, exact resume
-after a real SIGKILL, and the errors a user meets before training starts."""
+after a real SIGKILL, and the errors a user meets before training starts.
 
-import os
+The uninterrupted run and the resumed one are new interpreters (``python -m
+keras_caffe.cli``), so the resume is checked across two fresh processes;
+the other commands run forked (``forked.run``): each is a process of its
+own, without TensorFlow's import to pay."""
+
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -12,6 +17,7 @@ import numpy as np
 import pytest
 
 from caffe_log_parser import parse
+from forked import run as run_forked
 from support import REPO
 
 EXAMPLE = REPO / "examples" / "lenet_solver"
@@ -23,10 +29,8 @@ def digits(tmp_path_factory):
     """The example's LMDBs, small: 512 training images (8 batches of 64, so
     2N iterations wrap around), 200 test images."""
     out = tmp_path_factory.mktemp("digits")
-    proc = subprocess.run([sys.executable, str(EXAMPLE / "make_data.py"), "--train", "512",
-                           "--test", "200", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    runpy.run_path(str(EXAMPLE / "make_data.py"))["main"](
+        ["--train", "512", "--test", "200", "--out", str(out)])
     return out
 
 
@@ -61,9 +65,14 @@ def write_run(folder, digits, prefix, dropout=True):
     return folder / "solver.prototxt"
 
 
-def cli(*args, cwd, expect=0):
-    proc = subprocess.run([sys.executable, "-m", "keras_caffe.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=600)
+def cli(*args, cwd, expect=0, fresh=False):
+    """``python -m keras_caffe.cli ARGS``, forked, or (``fresh``) a new interpreter."""
+    command = ["-m", "keras_caffe.cli", *map(str, args)]
+    if fresh:
+        proc = subprocess.run([sys.executable, *command], capture_output=True, text=True,
+                              cwd=cwd, timeout=600)
+    else:
+        proc = run_forked(command, cwd=cwd, timeout=600)
     assert proc.returncode == expect, proc.stderr[-3000:]
     return proc
 
@@ -80,11 +89,18 @@ def blobs(path):
     return load_weights(path)
 
 
-def test_resume_after_sigkill_equals_uninterrupted(digits, tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(digits, tmp_path_factory):
+    """A: 2N iterations, uninterrupted, snapshots to out/: its folder and
+    Caffe's log. A new interpreter, started with Caffe's single-dash flag."""
+    run = tmp_path_factory.mktemp("uninterrupted") / "a"
+    solver = write_run(run, digits, "out/lenet")
+    return run, cli("train", "-solver", solver, "--log", "caffe", cwd=run, fresh=True).stderr
+
+
+def test_resume_after_sigkill_equals_uninterrupted(digits, uninterrupted, tmp_path):
     # A: 2N iterations, uninterrupted.
-    run_a = tmp_path / "a"
-    solver_a = write_run(run_a, digits, "snaps/lenet")
-    log_a = cli("train", "--solver", solver_a, "--log", "caffe", cwd=run_a).stderr
+    run_a, log_a = uninterrupted
 
     # B: the same run, killed with SIGKILL after its iteration-N snapshot, mid-training.
     run_b = tmp_path / "b"
@@ -93,8 +109,7 @@ def test_resume_after_sigkill_equals_uninterrupted(digits, tmp_path):
               "s = keras_caffe.Solver('solver.prototxt', log=None)\n"
               f"s.step({N + 2})\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=run_b, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_forked(["-c", script], cwd=run_b, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert (run_b / "snaps" / f"lenet_iter_{N}.solverstate").is_file()
     assert not (run_b / "snaps" / f"lenet_iter_{2 * N}.caffemodel").exists()
@@ -102,10 +117,10 @@ def test_resume_after_sigkill_equals_uninterrupted(digits, tmp_path):
 
     # C: a new process resumes B from the snapshot and runs N more.
     log_c = cli("train", "--solver", solver_b, "--snapshot", f"snaps/lenet_iter_{N}.solverstate",
-                "--log", "caffe", cwd=run_b).stderr
+                "--log", "caffe", cwd=run_b, fresh=True).stderr
     assert f"Restoring previous solver status from snaps/lenet_iter_{N}.solverstate" in log_c
 
-    a = blobs(run_a / "snaps" / f"lenet_iter_{2 * N}.caffemodel")
+    a = blobs(run_a / "out" / f"lenet_iter_{2 * N}.caffemodel")
     c = blobs(run_b / "snaps" / f"lenet_iter_{2 * N}.caffemodel")
     assert a.keys() == c.keys()
     for layer in a:
@@ -121,10 +136,8 @@ def test_resume_after_sigkill_equals_uninterrupted(digits, tmp_path):
             [t for t in tests_c if t["NumIters"] > N], [t for t in tests_a if t["NumIters"] > N])]
 
 
-def test_train_tests_and_snapshots(digits, tmp_path):
-    run = tmp_path / "run"
-    solver = write_run(run, digits, "out/lenet", dropout=False)
-    log = cli("train", "--solver", solver, "--log", "caffe", cwd=run).stderr
+def test_train_tests_and_snapshots(digits, uninterrupted, tmp_path):
+    run, log = uninterrupted
     train, tests, smoothed = parse(log)
     assert [t["NumIters"] for t in tests] == [0, 4, 8, 12]
     assert all(set(t) >= {"accuracy", "loss"} and 0 <= t["accuracy"] <= 1 for t in tests)
@@ -132,15 +145,14 @@ def test_train_tests_and_snapshots(digits, tmp_path):
     assert sorted(p.name for p in (run / "out").iterdir()) == sorted(
         f"lenet_iter_{i}.{ext}" for i in (N, 2 * N) for ext in ("caffemodel", "solverstate"))
     # The default progress bar mode prints no Caffe lines.
-    quiet = cli("train", "--solver", solver, cwd=run)
-    assert "Train net output" not in quiet.stderr
+    quiet = tmp_path / "quiet"
+    solver = write_run(quiet, digits, "out/lenet", dropout=False)
+    assert "Train net output" not in cli("train", "--solver", solver, cwd=quiet).stderr
 
 
-def test_caffe_style_single_dash_flags(digits, tmp_path):
-    run = tmp_path / "run"
-    solver = write_run(run, digits, "out/lenet", dropout=False)
-    proc = cli("train", "-solver", solver, "--log", "caffe", cwd=run)
-    assert "Optimization Done." in proc.stderr
+def test_caffe_style_single_dash_flags(uninterrupted):
+    _, log = uninterrupted  # `train -solver S --log caffe`
+    assert "Optimization Done." in log
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -32,6 +32,7 @@ import pytest
 
 import caffe_numpy
 import keras_caffe
+from keras_caffe.importers import load_into, load_weights
 from keras_caffe.importers.api import caffe_parts
 from keras_caffe.importers.export import caffemodel_proto
 from keras_caffe.importers.netfile import read_net
@@ -71,17 +72,21 @@ def _blobs_of(caffe_type, shapes, rng):
 
 def compare(text, inputs, outputs, tmp_path, rtol=2e-4, adjust=None, exact=None):
     net, _ = read_net(text)
-    model = keras_caffe.import_model(text)
-    blobs = sensible_blobs(model)
+    # The channels_last model, imported first: its Caffe shapes give the
+    # blobs, which it then loads from the caffemodel written with them, as
+    # import_model(weights=...) loads them after building.
+    first = keras_caffe.import_model(text, outputs=outputs)
+    blobs = sensible_blobs(first)
     if adjust is not None:
         adjust(blobs)
     weights = tmp_path / "random.caffemodel"
-    weights.write_bytes(caffemodel_proto(model, blobs).SerializeToString())
+    weights.write_bytes(caffemodel_proto(first, blobs).SerializeToString())
+    load_into(first, load_weights(weights), source=str(weights))
     want = caffe_numpy.run(net, inputs, blobs)
     exact = exact or {}
     for data_format in DATA_FORMATS:
-        model = keras_caffe.import_model(text, weights=weights, data_format=data_format,
-                                         outputs=outputs)
+        model = first if data_format == "channels_last" else keras_caffe.import_model(
+            text, weights=weights, data_format=data_format, outputs=outputs)
         feed = [_layout(x, data_format) for x in inputs.values()]
         # A call, not predict: LRCN's inputs differ in their first axis (T, N).
         got = model(feed[0] if len(feed) == 1 else feed)
