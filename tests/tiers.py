@@ -66,8 +66,8 @@ COMPAT = {
 }
 
 #: Files ``make test-quick`` leaves out, with the reason: they start
-#: processes (TensorFlow imports of several seconds each, horovodrun) or
-#: train whole nets.
+#: processes (TensorFlow imports of several seconds each, horovodrun), train
+#: whole nets or run public nets whole (``make test`` runs them).
 NOT_QUICK = {
     "tests/distributed/test_collectives.py": "horovodrun",
     "tests/distributed/test_elastic.py": "horovodrun, elastic restarts",
@@ -97,4 +97,19 @@ NOT_QUICK = {
     "tests/test_yellowfin_no_tuning.py": "smoke trainings of the no-tuning claim (make verify-claims)",
     "tests/importers/test_memory_budget.py": "a process per net",
     "tests/importers/test_pipelines_leveldb.py": "a process holding the database lock",
+    # Whole nets: training runs, replays, XLA compiles per case, public nets.
+    "tests/test_yellowfin.py": "fit runs and XLA compiles per case",
+    "tests/test_optimizers.py": "fit runs of every solver, XLA compiles per case",
+    "tests/test_golden_solvers.py": "the 15 recorded trainings replayed, with and without XLA",
+    "tests/test_caffe_solver_port.py": "Caffe's solver test: trainings per solver",
+    "tests/test_solver.py": "the training loop on the golden nets",
+    "tests/test_frozen_params.py": "fine-tuning runs",
+    "tests/test_lms_numbers.py": "gradients of whole models with and without LMS",
+    "tests/test_public_api.py": ".keras files saved and loaded in fresh interpreters",
+    "tests/importers/test_public_nets.py": "public nets imported and run whole",
+    "tests/importers/test_golden_forward.py": "public nets against Caffe's outputs",
+    "tests/importers/test_eigen_backward.py": "gradients of convolution stacks on both kernel paths",
+    "tests/importers/test_kernel_families.py": "training of every convolution configuration",
+    "tests/importers/test_yolo_detection.py": "a YOLO test net end to end",
+    "tests/importers/test_proposal.py": "the ZF Faster R-CNN test net end to end",
 }
