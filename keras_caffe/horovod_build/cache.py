@@ -83,20 +83,12 @@ def python_identity():
             "platform": f"{sysconfig.get_platform()}, {libc}"}
 
 
-def _file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _gpu(gpu):
     if not gpu.nccl:
         return "Gloo only (no NCCL)"
     nvcc = Path(gpu.cuda_home or "") / "bin" / "nvcc"
     header = Path(gpu.nccl_include or "") / "nccl.h"
-    nccl = _file_sha256(header) if header.is_file() else "not found"
+    nccl = sdist.sha256_of(header) if header.is_file() else "not found"
     return (f"NCCL; CUDA toolkit {gpu.cuda_home}, nvcc --version: "
             f"{toolchain.version_text(str(nvcc))}; {header} sha256 {nccl}")
 
@@ -223,7 +215,7 @@ class BuildCache:
         wheel = manifest.get("wheel")
         if not isinstance(wheel, str) or "/" in wheel or not (path / wheel).is_file():
             return None, f"the wheel {wheel!r} is missing"
-        if _file_sha256(path / wheel) != manifest.get("wheel sha256"):
+        if sdist.sha256_of(path / wheel) != manifest.get("wheel sha256"):
             return None, f"{wheel}'s sha256 differs from the manifest's"
         return Entry(key, path, manifest), None
 
@@ -293,7 +285,7 @@ class BuildCache:
                         "sha256 of the components below",
                 "Horovod": sdist.VERSION,
                 "wheel": wheel.name,
-                "wheel sha256": _file_sha256(temp / wheel.name),
+                "wheel sha256": sdist.sha256_of(temp / wheel.name),
                 "built": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "build time": elapsed(build_seconds),
                 "keras-caffe": __version__,
