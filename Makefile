@@ -30,8 +30,8 @@ TEST_HOROVOD ?= 1
 TF_FLOOR_SPEC ?= tensorflow-cpu==2.16.2
 TF_FLOOR_VENV ?= .venv-tf216
 # Horovod 0.28.1's sdist, downloaded once; `keras-caffe install-horovod` checks its sha256.
-HOROVOD_CACHE ?= $(HOME)/.cache/keras-caffe
-HOROVOD_SDIST = $(HOROVOD_CACHE)/horovod-0.28.1.tar.gz
+KERAS_CAFFE_CACHE ?= $(HOME)/.cache/keras-caffe
+HOROVOD_SDIST = $(KERAS_CAFFE_CACHE)/horovod-0.28.1.tar.gz
 BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -66,14 +66,14 @@ endif
 	touch $@
 
 $(HOROVOD_SDIST): | $(BIN)/python
-	mkdir -p $(HOROVOD_CACHE)
-	$(BIN)/pip download --quiet --no-deps --no-binary :all: --dest $(HOROVOD_CACHE) horovod==0.28.1
+	mkdir -p $(KERAS_CAFFE_CACHE)
+	$(BIN)/pip download --quiet --no-deps --no-binary :all: --dest $(KERAS_CAFFE_CACHE) horovod==0.28.1
 
 # Horovod 0.28.1 built by the package's own command (docs/horovod.md): the
 # sdist, sha256-checked and patched, compiled against the venv's TensorFlow
 # (pip --no-deps --no-build-isolation), Gloo only. Run again when
 # keras_caffe/horovod_build/ changes; the verified wheel is cached in
-# $(HOROVOD_CACHE)/horovod/<key>/ (key: sdist, patches, TensorFlow and its
+# $(KERAS_CAFFE_CACHE)/horovod/<key>/ (key: sdist, patches, TensorFlow and its
 # flags, compiler, Python, build variables) and reinstalled, after the same
 # import check, when the key matches: keep that folder between CI runs.
 # The command checks cmake/make/g++/Python.h itself.
@@ -83,7 +83,7 @@ $(VENV)/.horovod: $(VENV)/.deps $(HOROVOD_SDIST) $(wildcard keras_caffe/horovod_
 		($(SUDO) apt-get update && $(SUDO) apt-get install -y $(HOROVOD_APT))
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation --force-reinstall . && rm -rf build
 	$(BIN)/keras-caffe install-horovod --sdist $(HOROVOD_SDIST) --jobs $$(nproc) \
-		--cache-dir $(HOROVOD_CACHE)
+		--cache-dir $(KERAS_CAFFE_CACHE)
 	touch $@
 
 ifeq ($(HOROVOD),1)
