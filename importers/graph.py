@@ -356,18 +356,16 @@ def _check_types(net, source):
     # Python layers run code the model file names: refused, but for the few
     # keras-caffe recognises and computes itself (python_layer.PYTHON_LAYERS).
     unsafe = python_layer.unsafe_layers(net)
-    if unsafe:
-        raise python_layer.refusal(source, unsafe)
     known = registered_types()
     missing = types - set(known)
-    if missing:
+    if missing:  # one error for all: the unknown types, then the Python layers refused
         units = layer_types.units()
-        error = UnknownLayerError(source, missing, known)
-        reasons = [f"{t} is sized by analyze but not built: {units[t].analyze_only}"
-                   for t in sorted(missing) if t in units and units[t].analyze_only]
-        if reasons:
-            error.args = (f"{error.args[0]}. " + "; ".join(reasons),)
-        raise error
+        notes = [f"{t} is sized by analyze but not built: {units[t].analyze_only}"
+                 for t in sorted(missing) if t in units and units[t].analyze_only]
+        notes += [python_layer.refusal_reason(unsafe)] if unsafe else []
+        raise UnknownLayerError(source, missing, known, notes)
+    if unsafe:
+        raise python_layer.refusal(source, unsafe)
 
 
 def _convert(unit, layer, bottoms, ctx, state):

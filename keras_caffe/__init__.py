@@ -22,48 +22,13 @@ __version__ = "0.1.0"
 
 # The command line hides TensorFlow's start-up log lines unless --verbose
 # (a library import is left alone): before anything imports TensorFlow.
-from keras_caffe._cli_quiet import quiet_cli_start
+from keras_caffe._cli_quiet import quiet_cli_start, started_as_cli
 
 quiet_cli_start()
 
 # Then, before keras or numpy: without a TensorFlow >= 2.16 this import
 # raises a one-line TensorFlowRequirementError naming what to install.
 from keras_caffe import _require  # noqa: F401
-
-from keras_caffe import initializers, layers, losses, schedules  # registers the serializables .keras files name
-from keras_caffe.errors import (
-    ArgumentError,
-    CaffeImportError,
-    DistributedError,
-    GraphError,
-    HorovodBuildError,
-    KerasCaffeError,
-    LayerError,
-    ProtoParseError,
-    SolverError,
-    TensorFlowRequirementError,
-    UnknownLayerError,
-    UnsafeLayerError,
-    WeightsError,
-)
-from keras_caffe.optimizers import (
-    SGD,
-    AdaDelta,
-    AdaGrad,
-    Adam,
-    CaffeOptimizer,
-    Nesterov,
-    RMSProp,
-    YellowFin,
-)
-from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
-from keras_caffe.importers.layer_types.base import DuplicateConverterError
-from keras_caffe.importers.snapshot_io import SnapshotError
-from keras_caffe.distributed._hvd import HorovodUnavailableError
-from keras_caffe.lms import LMS
-from keras_caffe.lms_graph import LayerLimitError
-from keras_caffe.optimizers.from_solver import optimizer_from_solver
-from keras_caffe.solver import Solver, get_solver
 
 #: Every exception keras-caffe raises on purpose. ``KerasCaffeError`` (a
 #: ``ValueError``) is the base of all but two ``ImportError``s:
@@ -82,6 +47,13 @@ __all__ = [
     "export_caffemodel", "param_multipliers", "layers", "LMS", *ERRORS,
 ]
 
+#: The public API (``keras_caffe._api``, which imports TensorFlow): imported
+#: here for a library ``import keras_caffe``; the command line imports it
+#: after parsing its arguments (``keras_caffe.cli.main``) and reaches these
+#: names through ``__getattr__``.
+if not started_as_cli():
+    from keras_caffe._api import *  # noqa: E402,F401,F403
+
 #: Loaded when first reached as attributes (PEP 562), so ``import
 #: keras_caffe`` stays as fast as it is: name -> module that defines it.
 _LAZY = {
@@ -90,17 +62,24 @@ _LAZY = {
     "importers": "keras_caffe.importers",
     "UnknownLayerTypeError": "keras_caffe.importers.analyze.core",
 }
+#: The names ``keras_caffe._api`` defines (its ``__all__``).
+_API = (set(__all__) | {"initializers", "losses"}) - set(_LAZY)
 
 
 def __getattr__(name):
     module = _LAZY.get(name)
+    if module is None and name in _API:
+        module = "keras_caffe._api"
     if module is None:
         raise AttributeError(f"module 'keras_caffe' has no attribute {name!r}")
     import importlib
 
     loaded = importlib.import_module(module)
-    return loaded if module == f"keras_caffe.{name}" else getattr(loaded, name)
+    value = loaded if module == f"keras_caffe.{name}" else getattr(loaded, name)
+    if module == "keras_caffe._api":
+        globals()[name] = value  # found in the module's namespace from now on
+    return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | _API)

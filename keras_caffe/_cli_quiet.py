@@ -8,14 +8,17 @@ no environment variable silences. So when the process is the command line
 (the ``keras-caffe`` script or ``python -m keras_caffe``) without
 ``--verbose``, ``quiet_cli_start()`` -- the first thing
 ``keras_caffe/__init__.py`` runs -- sets ``TF_CPP_MIN_LOG_LEVEL=3`` (unless
-the user set it), raises TensorFlow's Python logger to ERROR, and sends file descriptor 2 to a temporary file while
-TensorFlow imports; ``end()`` (``keras_caffe.cli.main`` calls it first, and
-at exit if nothing did) restores stderr and writes back every captured line
-that is not one of TensorFlow's log lines, so a traceback or a warning of
-Python's is never lost. A library ``import keras_caffe`` is left alone.
+the user set it) and raises TensorFlow's Python logger to ERROR; the
+command line imports TensorFlow only after parsing its arguments
+(``keras_caffe.cli.main``), inside ``tensorflow_start()``, which sends file
+descriptor 2 to a temporary file while TensorFlow imports; ``end()``
+restores stderr and writes back every captured line that is not one of
+TensorFlow's log lines, so a traceback or a warning of Python's is never
+lost. A library ``import keras_caffe`` is left alone.
 """
 
 import atexit
+import contextlib
 import logging
 import os
 import re
@@ -52,8 +55,21 @@ def quiet_cli_start():
     # TensorFlow's Python warnings (retracing notices) too
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     _state["quiet"] = True
+    atexit.register(end)  # a capture still open at exit (an exception in an import)
+
+
+@contextlib.contextmanager
+def tensorflow_start():
+    """In a quiet command line, stderr captured for the block (the import of
+    TensorFlow and keras-caffe's API), TensorFlow's lines then dropped."""
+    if not _state.get("quiet"):
+        yield
+        return
     _capture()
-    atexit.register(end)
+    try:
+        yield
+    finally:
+        end()
 
 
 def hide_xla_start():

@@ -19,6 +19,7 @@ class ArgumentError(KerasCaffeError):
     def __init__(self, owner, argument, message):
         self.owner = owner
         self.argument = argument
+        self.detail = message
         super().__init__(f"{owner}: `{argument}` {message}")
 
 
@@ -54,15 +55,19 @@ class SolverError(KerasCaffeError):
 
 
 class UnknownLayerError(CaffeImportError):
-    """Layer types with no converter; ``types`` lists all of them."""
+    """Layer types with no converter; ``types`` lists all of them, ``notes``
+    the net's other refusals (its Python layers) and reasons, so one error
+    names everything that stops the import."""
 
-    def __init__(self, source, types, known):
+    def __init__(self, source, types, known, notes=()):
         self.source = source
         self.types = sorted(types)
         self.known = sorted(known)
+        self.notes = list(notes)
         super().__init__(
             f"{source}: no converter for layer type(s) {', '.join(self.types)}; "
-            f"supported: {', '.join(self.known)}"
+            + "".join(f"{note}; " for note in self.notes)
+            + f"supported: {', '.join(self.known)}"
         )
 
 

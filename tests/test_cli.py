@@ -146,8 +146,11 @@ def test_analyze_scaling_table(lenet, capsys):
                      "--device-flops", "6.1T", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["workers"] == 4 and [r["workers"] for r in data["scaling"]["rows"]] == [1, 2, 4]
+    # the flag's name, not the Python argument's (issue 33)
     assert cli.main(["analyze", net, "--workers", "1,2"]) == 2
-    assert "device_flops" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "keras-caffe: error: --device-flops is needed for a list of worker counts: give one "
+        "worker's sustained FLOP/s, such as '6.1T'\n")
 
 
 def test_run_cli_leaves_the_test_process_as_it_found_it(golden, tmp_path):

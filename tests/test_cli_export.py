@@ -114,7 +114,8 @@ def test_missing_garbage_and_misnamed_files_are_refused(lenet_keras, tmp_path):
     garbage = tmp_path / "garbage.keras"
     garbage.write_bytes(b"not a zip")
     cases = {
-        (tmp_path / "none.keras", "x.caffemodel"): f"{tmp_path / 'none.keras'}: no such file",
+        (tmp_path / "none.keras", "x.caffemodel"):  # found missing before TensorFlow loads
+            f"{tmp_path / 'none.keras'}: No such file or directory",
         (garbage, "x.caffemodel"): f"{garbage}: not a .keras file (not a zip archive)",
         (lenet_keras, "x.bin"): "-o x.bin: the output must end in .caffemodel or .caffemodel.h5",
     }

@@ -194,16 +194,58 @@ def test_input_shapes_are_caffes_order_and_hwc_is_named():
 
 
 def test_cli_wording_of_the_importers_advice():
+    flags = {"--input-shape", "--weights"}
     assert _registry.cli_wording(
         "layer 'data': (Data) reads its data from a database or file, so the shape of top "
         "'data' is unknown; give it with input_shapes={'data': (C, H, W)} or analyze the "
-        "deploy net") == (
+        "deploy net", flags) == (
         "layer 'data': (Data) reads its data from a database or file, so the shape of top "
         "'data' is unknown; give it with --input-shape data=C,H,W (the per-sample shape, "
         "Caffe's order) or analyze the deploy net")
     assert _registry.cli_wording("give its shapes with input_shapes={top: shape without the "
-                                 "batch}") == ("give its shapes with --input-shape TOP=C,H,W "
-                                               "(the per-sample shape, Caffe's order)")
+                                 "batch}", flags) == ("give its shapes with --input-shape TOP=C,H,W "
+                                                      "(the per-sample shape, Caffe's order)")
+
+
+def test_train_with_a_missing_database_says_to_create_it(tmp_path):
+    """``keras-caffe train`` on a net whose LMDB is not there (issue 33: it
+    advised --input-shape, which train refuses)."""
+    (tmp_path / "net.prototxt").write_text(
+        'name: "n" layer { name: "mnist" type: "Data" top: "data" top: "label" '
+        'data_param { source: "mnist_train_lmdb" backend: LMDB batch_size: 4 } }\n'
+        'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
+        'inner_product_param { num_output: 2 } }\n'
+        'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }\n')
+    (tmp_path / "solver.prototxt").write_text(
+        'net: "net.prototxt" base_lr: 0.01 lr_policy: "fixed" max_iter: 1 solver_mode: CPU\n')
+    proc = run_cli("train", "--solver", "solver.prototxt", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (
+        "keras-caffe: error: layer 'mnist': Data source 'mnist_train_lmdb' not found (looked in "
+        "the current directory and next to the prototxt); training reads its data from there: "
+        "create it (Caffe's examples do with their create_*.sh scripts) or point the layer's "
+        "source at it")
+
+
+def test_train_is_never_advised_a_flag_it_does_not_take():
+    """``train`` has no --input-shape: its data is needed, and the advice says how (issue 33)."""
+    flags = _registry.options(keras_caffe.cli._parser().commands["train"])
+    assert "--solver" in flags and "--input-shape" not in flags
+    assert _registry.cli_wording(
+        "layer 'mnist': Data source 'examples/mnist/mnist_train_lmdb' not found (looked in the "
+        "current directory and next to the prototxt); give its shapes with input_shapes={top: "
+        "shape without the batch}", flags) == (
+        "layer 'mnist': Data source 'examples/mnist/mnist_train_lmdb' not found (looked in the "
+        "current directory and next to the prototxt); training reads its data from there: "
+        "create it (Caffe's examples do with their create_*.sh scripts) or point the layer's "
+        "source at it")
+    assert _registry.cli_wording(
+        "layer 'in': states no shape for top 'x'; give it in input_param or with "
+        "input_shapes={'x': shape without the batch}", flags) == (
+        "layer 'in': states no shape for top 'x'; give it in input_param")
+    for name, parser in keras_caffe.cli._parser().commands.items():  # which commands take --input-shape
+        assert ("--input-shape" in _registry.options(parser)) == (
+            name in ("import", "analyze", "test", "time")), name
 
 
 # -- time ----------------------------------------------------------------------------------
@@ -384,12 +426,69 @@ def test_quiet_start_keeps_what_is_not_tensorflows():
     """A Python warning or traceback printed while stderr is captured comes back."""
     # a process: the capture is of file descriptor 2, handed back at the process's exit
     code = ("import sys; sys.argv[0] = 'keras-caffe'; import keras_caffe._cli_quiet as q; "
-            "q.quiet_cli_start(); import os; "
+            "q.quiet_cli_start(); import os; start = q.tensorflow_start(); start.__enter__(); "
             "os.write(2, b'I0000 00:00:1795593001.256052   20495 port.cc:153] oneDNN x\\n'); "
             "os.write(2, b'2026-11-25 07:46:37.858348: I tensorflow/core/util/port.cc:113] y\\n'); "
             "print('a real warning', file=sys.stderr); raise SystemExit('the end')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stderr.splitlines() == ["a real warning", "the end"]
+
+
+STARTUP = """
+import contextlib, io, json, sys
+sys.argv[0] = "keras-caffe"  # the command line, as its console script starts it
+from keras_caffe.cli import main
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as stop:
+        code = stop.code
+print(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue(),
+                  "loaded": sorted({"tensorflow", "keras", "jax", "torch"} & set(sys.modules))}))
+"""
+
+
+@pytest.mark.parametrize("args, code, out, err", [
+    (["--help"], 0, "usage: keras-caffe [-h]", ""),
+    (["--version"], 0, "keras-caffe ", ""),
+    ([], 2, "usage: keras-caffe [-h]", ""),
+    (["train"], 2, "", "keras-caffe train: error: the following arguments are required: "
+     "--solver/-solver"),
+    (["import", "/no/such/net.prototxt", "-o", "net.h5"], 2, "",
+     "keras-caffe: error: -o net.h5: the output must be a .keras file"),
+    (["train", "--solver", "/no/solver.prototxt", "--max-iter", "0"], 2, "",
+     "keras-caffe: error: --max-iter must be >= 1, got 0"),
+    (["time", "--model", "{net}", "--input-shape", "data=3,x"], 2, "",
+     "keras-caffe: error: --input-shape data=3,x: give TOP=C,H,W, the top's name and its "
+     "per-sample shape in Caffe's order, positive integers (data=3,32,32)"),
+    (["import", "/no/such/net.prototxt"], 2, "",
+     "keras-caffe: error: /no/such/net.prototxt: No such file or directory"),
+    (["import", "{net}", "--weights", "/no/such.caffemodel"], 2, "",
+     "keras-caffe: error: /no/such.caffemodel: No such file or directory"),
+    (["train", "--solver", "/no/solver.prototxt"], 2, "",
+     "keras-caffe: error: /no/solver.prototxt: No such file or directory"),
+    (["train", "--solver", "{net}", "--weights", "{net},/no/b.caffemodel"], 2, "",
+     "keras-caffe: error: /no/b.caffemodel: No such file or directory"),
+    (["time", "--model", "/no/m.prototxt"], 2, "",
+     "keras-caffe: error: /no/m.prototxt: No such file or directory"),
+])
+def test_answers_before_importing_tensorflow(args, code, out, err, golden):
+    """--help, --version, usage errors and missing input files answer
+    without importing TensorFlow (seconds): start-up stays under a second
+    (issue 33; benchmarks/cli_startup.py measures it)."""
+    net = str(golden / "forward" / "lenet" / "deploy_used.prototxt")
+    args = [a.replace("{net}", net) for a in args]
+    proc = subprocess.run([sys.executable, "-c", STARTUP, *args], capture_output=True,
+                          text=True, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["loaded"] == [] and result["code"] == code
+    assert result["out"].startswith(out)
+    assert result["err"].splitlines()[-1:] == ([err] if err else [])
+    if args == ["--version"]:
+        assert result["out"] == (f"keras-caffe {keras_caffe.__version__} (TensorFlow "
+                                 f"{tf.__version__}, Keras {keras.__version__})\n")
 
 
 def test_started_as_cli():

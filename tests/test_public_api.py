@@ -137,10 +137,11 @@ def test_repr_shows_the_caffe_fields():
         "AdaGrad(base_lr=0.1, lr_policy='fixed', delta=1e-08, weight_decay=0.0, "
         "clip_gradients=10.0, iter_size=2)")
     assert repr(keras_caffe.YellowFin(beta=0.99)) == (
-        "YellowFin(learning_rate=0.0001, momentum=0.0, beta=0.99, weight_decay=0.0)")
+        "YellowFin(learning_rate=<tuned from 0.0001>, momentum=<tuned from 0.0>, beta=0.99, "
+        "weight_decay=0.0)")
     assert repr(keras_caffe.YellowFin(lr_factor=0.5, iter_size=2, closed_loop=True)) == (
-        "YellowFin(learning_rate=0.0001, lr_factor=0.5, momentum=0.0, weight_decay=0.0, "
-        "iter_size=2, closed_loop=True)")
+        "YellowFin(learning_rate=<tuned from 0.0001>, lr_factor=0.5, momentum=<tuned from "
+        "0.0>, weight_decay=0.0, iter_size=2, closed_loop=True)")
     assert repr(schedules.Warmup(schedules.Fixed(0.1), warmup_iter=5)) == (
         "Warmup(Fixed(base_lr=0.1), warmup_iter=5, start_factor=0.1)")
 
@@ -398,3 +399,19 @@ def test_an_imported_keras_file_loads_with_only_import_keras_caffe(tmp_path):
                          text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split()[-1] == "431080"
+
+
+def test_the_command_line_reaches_the_api_through_getattr():
+    """In the command line ``keras_caffe/__init__.py`` leaves ``keras_caffe._api``
+    (TensorFlow) unimported; every public name is still reached, through
+    ``__getattr__``, and ``_API`` names exactly what ``_api`` defines."""
+    import keras_caffe._api
+
+    assert keras_caffe._API == set(keras_caffe._api.__all__)
+    code = ("import sys; sys.argv[0] = 'keras-caffe'; import keras_caffe; "
+            "assert 'tensorflow' not in sys.modules; "
+            "names = [n for n in keras_caffe.__all__ if getattr(keras_caffe, n) is None]; "
+            "print('tensorflow' in sys.modules, names, keras_caffe.SGD.__module__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == "True [] keras_caffe.optimizers.sgd"

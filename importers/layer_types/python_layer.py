@@ -41,9 +41,15 @@ def unsafe_layers(net):
 def refusal(source, names):
     """The error for Python layers that would run user code."""
     return UnsafeLayerError(
-        f"{source}: Python layer(s) {', '.join(repr(n) for n in names)} would run user code "
-        "named in the model file; keras-caffe never executes code from a model file. "
+        f"{source}: {refusal_reason(names)}. "
         "Register a converter for the layer's behaviour, or replace it in the prototxt")
+
+
+def refusal_reason(names):
+    """Why the Python layers ``names`` are refused (also one of an
+    ``UnknownLayerError``'s notes when the net has unknown types too)."""
+    return (f"Python layer(s) {', '.join(repr(n) for n in names)} would run user code named "
+            "in the model file; keras-caffe never executes code from a model file")
 
 
 def fields_known(known):

@@ -28,7 +28,7 @@ import os
 import sys
 
 from keras_caffe import _cli_quiet
-from keras_caffe.cli._registry import COMMANDS, cli_wording
+from keras_caffe.cli._registry import COMMANDS, argument_wording, cli_wording, options
 # The subcommands, in the order of `keras-caffe --help`.
 from keras_caffe.cli import (  # noqa: F401
     import_cmd, export_cmd, analyze_cmd, train_cmd, test_cmd, time_cmd, device_query_cmd,
@@ -39,26 +39,38 @@ __all__ = ["main"]
 
 
 def main(argv=None):
-    """Run ``keras-caffe`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
-    _cli_quiet.end()
+    """Run ``keras-caffe`` with ``argv`` (default: ``sys.argv[1:]``); the exit status.
+
+    The arguments are parsed and the input files found before TensorFlow
+    and keras-caffe's API are imported (seconds), so ``--help``, a usage
+    error or a missing file answers at once."""
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from keras_caffe.errors import KerasCaffeError
+    from keras_caffe.errors import ArgumentError, KerasCaffeError
     from keras_caffe.kernels import POOLED_CPU_ALLOCATOR, pool_cpu_memory
 
-    # before any command runs a TensorFlow op (not under --lms: see its docstring)
-    pooled = pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
+    entry = COMMANDS[args.command]
+    pooled = False
     try:
-        return COMMANDS[args.command].run(args) or 0
+        entry.check(args)  # usage errors and missing input files, before TensorFlow
+        with _cli_quiet.tensorflow_start():
+            # before any command runs a TensorFlow op (not under --lms: see its docstring);
+            # it imports TensorFlow
+            pooled = pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
+            import keras_caffe._api  # noqa: F401  Keras, the API and the .keras serializables
+        return entry.run(args) or 0
     except (KerasCaffeError, OSError) as err:
+        flags = options(parser.commands[entry.name])
         if isinstance(err, OSError) and err.filename:
             message = f"{err.filename}: {err.strerror}"
+        elif isinstance(err, ArgumentError) and argument_wording(err, flags):
+            message = argument_wording(err, flags)
         else:
             message = str(err).splitlines()[0] if str(err) else type(err).__name__
-            message = cli_wording(message)
+            message = cli_wording(message, flags)
         print(f"keras-caffe: error: {message}", file=sys.stderr)
         return 2
     finally:
@@ -68,12 +80,14 @@ def main(argv=None):
 
 def _parser():
     parser = argparse.ArgumentParser(prog="keras-caffe", description="Caffe's way, in Keras 3.")
-    parser.add_argument("--version", action="version", version=version())
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the versions and exit")
     parser.add_argument("--verbose", action="store_true", help=_VERBOSE)
     sub = parser.add_subparsers(dest="command")
+    parser.commands = {}  # name -> its subparser (main words errors in its options)
     for entry in COMMANDS.values():
         command = sub.add_parser(entry.name, help=entry.help, description=entry.description,
                                  conflict_handler="resolve")
+        parser.commands[entry.name] = command
         # also after the subcommand; a subcommand may give --verbose more to do
         command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                              help=_VERBOSE)
@@ -84,11 +98,26 @@ def _parser():
 _VERBOSE = "show TensorFlow's log lines (hidden by default)"
 
 
+class _Version(argparse.Action):
+    """``--version``: ``version()``, computed only when asked for."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version())
+        parser.exit()
+
+
 def version():
-    """``keras-caffe X (TensorFlow Y, Keras Z)``."""
-    import keras
-    import tensorflow as tf
+    """``keras-caffe X (TensorFlow Y, Keras Z)``, from the installed packages'
+    metadata (importing TensorFlow takes seconds)."""
+    import importlib.metadata
 
     from keras_caffe import __version__
+    from keras_caffe._require import tensorflow_distributions
 
-    return f"keras-caffe {__version__} (TensorFlow {tf.__version__}, Keras {keras.__version__})"
+    found = tensorflow_distributions()
+    tensorflow = found[0][1] if found else "not installed"
+    try:
+        keras = importlib.metadata.version("keras")
+    except importlib.metadata.PackageNotFoundError:
+        keras = "not installed"
+    return f"keras-caffe {__version__} (TensorFlow {tensorflow}, Keras {keras})"

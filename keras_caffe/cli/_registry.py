@@ -4,8 +4,13 @@ A subcommand module decorates its ``run(args)`` with :func:`command`, giving
 the name, the help line and a function that adds its arguments to the
 subparser::
 
-    @command("time", help="...", arguments=_arguments)
+    @command("time", help="...", arguments=_arguments, inputs=("model",))
     def run(args): ...
+
+``inputs`` names the arguments that are files to read (``input_lists``:
+comma-separated lists of them) and ``check`` is a function raising the
+command's usage errors: ``main`` runs both before it imports TensorFlow, so
+a mistake or a mistyped path answers at once.
 
 ``keras_caffe.cli.main`` builds the parser from this registry in the order the
 modules were imported, so adding a subcommand touches one new module and the
@@ -13,6 +18,7 @@ import list in ``keras_caffe/cli/__init__.py``.
 """
 
 import dataclasses
+import os
 from typing import Callable
 
 
@@ -23,17 +29,41 @@ class Command:
     description: str
     arguments: Callable
     run: Callable
+    inputs: tuple = ()
+    input_lists: tuple = ()
+    usage_check: Callable | None = None
+
+    def input_paths(self, args):
+        """The input files ``args`` names, in argument order."""
+        paths = []
+        for dest in self.inputs + self.input_lists:
+            value = getattr(args, dest, None)
+            if not value:
+                continue
+            paths += value.split(",") if dest in self.input_lists else [value]
+        return paths
+
+    def check(self, args):
+        """Before TensorFlow is imported: the command's usage errors (its
+        ``check``), then an ``OSError`` for an input file that is not there."""
+        if self.usage_check is not None:
+            self.usage_check(args)
+        for path in self.input_paths(args):
+            os.stat(path)
 
 
 COMMANDS: dict[str, Command] = {}
 
 
-def command(name, *, help, description=None, arguments):
-    """Register ``run`` as the subcommand ``name``."""
+def command(name, *, help, description=None, arguments, inputs=(), input_lists=(),
+            check=None):
+    """Register ``run`` as the subcommand ``name``; ``check(args)`` raises
+    its usage errors (``usage``) without importing anything heavy."""
     def register(run):
         if name in COMMANDS:
             raise ValueError(f"keras-caffe {name}: registered twice")
-        COMMANDS[name] = Command(name, help, description or help, arguments, run)
+        COMMANDS[name] = Command(name, help, description or help, arguments, run,
+                                 tuple(inputs), tuple(input_lists), check)
         return run
     return register
 
@@ -84,10 +114,30 @@ def input_shapes(values):
     return shapes or None
 
 
-def cli_wording(message):
-    """An importer message in the command line's terms: its Python-only
-    ``input_shapes={top: ...}`` advice names ``--input-shape`` instead."""
+def options(parser):
+    """The long options ``parser`` takes (``{"--input-shape", "--weights", ...}``)."""
     import re
+
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", parser.format_usage()))
+
+
+#: What ``train`` says where the Python API advises ``input_shapes``: a
+#: solver's nets train on their data, so there is no shape to give instead.
+TRAINING_DATA = ("training reads its data from there: create it (Caffe's examples do with "
+                 "their create_*.sh scripts) or point the layer's source at it")
+
+
+def cli_wording(message, flags):
+    """An importer message in the command line's terms, for a command taking
+    the long options ``flags``: the Python-only ``input_shapes={top: ...}``
+    advice names ``--input-shape`` where the command has it, and says the
+    data is needed where it has not (``train``)."""
+    import re
+
+    if "--input-shape" not in flags:
+        message = re.sub(r" or with input_shapes=\{[^}]*\}", "", message)
+        return re.sub(r"give its? (?:shapes )?with input_shapes=\{[^}]*\}"
+                      r"(?: or analyze the deploy net)?", TRAINING_DATA, message)
 
     def flag(match):
         top = match.group(1)
@@ -96,3 +146,10 @@ def cli_wording(message):
 
     message = re.sub(r"input_shapes=\{'?([^':{}]+)'?: [^}]*\}", flag, message)
     return message.replace("`input_shapes`", "--input-shape")
+
+
+def argument_wording(err, flags):
+    """An ``ArgumentError`` about an argument the command has as an option,
+    in the option's name (``--device-flops is needed ...``); None otherwise."""
+    flag = "--" + err.argument.replace("_", "-")
+    return f"{flag} {err.detail}" if flag in flags else None

@@ -24,7 +24,7 @@ def _arguments(parser):
          description="Per layer and in total: weight and activation bytes (float32, FireCaffe's "
                      "|W| and |D|), forward+backward FLOPs per batch, and the communication time "
                      "per step of a parameter server, a reduction tree and a ring all-reduce.",
-         arguments=_arguments)
+         arguments=_arguments, inputs=("net",))
 def run(args):
     import json
 

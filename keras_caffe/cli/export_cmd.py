@@ -5,6 +5,13 @@ from keras_caffe.cli._registry import command, usage
 _SUFFIXES = (".caffemodel", ".caffemodel.h5")
 
 
+def _check(args):
+    if not args.output.endswith(_SUFFIXES):
+        raise usage(f"-o {args.output}: the output must end in .caffemodel or .caffemodel.h5")
+    if args.prototxt and not args.prototxt.endswith(".prototxt"):
+        raise usage(f"--prototxt {args.prototxt}: the output must be a .prototxt file")
+
+
 def _arguments(parser):
     parser.add_argument("model", help="a .keras file written by `keras-caffe import -o` "
                                       "(or model.save of a keras_caffe.import_model model)")
@@ -19,12 +26,8 @@ def _arguments(parser):
                      "weights, under its Caffe layer names and in Caffe's blob order; for a "
                      "model saved by `keras-caffe import -o`, the bytes Caffe writes for "
                      "its net (Net::ToProto / Net::ToHDF5).",
-         arguments=_arguments)
+         arguments=_arguments, inputs=("model",), check=_check)
 def run(args):
-    if not args.output.endswith(_SUFFIXES):
-        raise usage(f"-o {args.output}: the output must end in .caffemodel or .caffemodel.h5")
-    if args.prototxt and not args.prototxt.endswith(".prototxt"):
-        raise usage(f"--prototxt {args.prototxt}: the output must be a .prototxt file")
     from keras_caffe.importers.export import export_caffemodel
     from keras_caffe.importers.keras_file import load_keras
 

@@ -4,6 +4,16 @@ from keras_caffe.cli._registry import (command, data_format_argument, input_shap
                                        input_shapes, usage)
 
 
+def _check(args):
+    if args.list_layers:
+        return
+    if not args.net:
+        raise usage("import needs a net (.prototxt), or --list-layers")
+    if args.output and not args.output.endswith(".keras"):
+        raise usage(f"-o {args.output}: the output must be a .keras file")
+    input_shapes(args.input_shape)
+
+
 def _arguments(parser):
     parser.add_argument("net", nargs="?", help="the .prototxt (deploy or train_val)")
     parser.add_argument("--weights", help=".caffemodel or .caffemodel.h5")
@@ -21,14 +31,10 @@ def _arguments(parser):
 
 @command("import", help="Caffe prototxt (+ caffemodel) -> a Keras model",
          description="Import a Caffe net; print its layers; optionally save it.",
-         arguments=_arguments)
+         arguments=_arguments, inputs=("net", "weights"), check=_check)
 def run(args):
     if args.list_layers:
         return _list_layers()
-    if not args.net:
-        raise usage("import needs a net (.prototxt), or --list-layers")
-    if args.output and not args.output.endswith(".keras"):
-        raise usage(f"-o {args.output}: the output must be a .keras file")
     from keras_caffe.importers.api import import_net
 
     imported = import_net(args.net, args.weights, phase=args.phase, data_format=args.data_format,

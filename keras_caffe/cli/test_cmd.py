@@ -14,6 +14,12 @@ from keras_caffe.cli._registry import (command, data_format_argument, input_shap
                                        input_shapes, jit, usage)
 
 
+def _check(args):
+    if args.iterations < 1:
+        raise usage(f"--iterations must be >= 1, got {args.iterations}")
+    input_shapes(args.input_shape)
+
+
 def _arguments(parser):
     parser.add_argument("--model", "-model", required=True,
                         help="the .prototxt (train_val: its TEST phase)")
@@ -34,12 +40,10 @@ def _arguments(parser):
          description="Run the TEST phase of a net with its weights for --iterations batches of "
                      "its data layers; print each batch's outputs (losses, accuracies), the "
                      "average loss and each output averaged over the batches, as `caffe test`.",
-         arguments=_arguments)
+         arguments=_arguments, inputs=("model", "weights"), check=_check)
 def run(args):
     from keras_caffe.scoring import score_net
 
-    if args.iterations < 1:
-        raise usage(f"--iterations must be >= 1, got {args.iterations}")
     hide_xla_start()
     scores = score_net(args.model, args.weights, iterations=args.iterations, phase=args.phase,
                        data_format=args.data_format, jit_compile=jit(args.jit),

@@ -5,6 +5,12 @@ from keras_caffe.cli._registry import (command, data_format_argument, input_shap
                                        input_shapes, jit, usage)
 
 
+def _check(args):
+    if args.iterations < 1:
+        raise usage(f"--iterations must be >= 1, got {args.iterations}")
+    input_shapes(args.input_shape)
+
+
 def _arguments(parser):
     parser.add_argument("--model", "-model", required=True, help="the .prototxt")
     parser.add_argument("--iterations", "-iterations", type=int, default=50)
@@ -24,12 +30,10 @@ def _arguments(parser):
                      "as a whole. The layers and the remainder (the framework between the "
                      "calls) add up to the measured passes; the total time is measured too. "
                      "Also: the net as one compiled function, as training runs it.",
-         arguments=_arguments)
+         arguments=_arguments, inputs=("model",), check=_check)
 def run(args):
     from keras_caffe.timing import print_timing, time_net
 
-    if args.iterations < 1:
-        raise usage(f"--iterations must be >= 1, got {args.iterations}")
     hide_xla_start()
     report = time_net(args.model, iterations=args.iterations, phase=args.phase,
                       data_format=args.data_format, jit_compile=jit(args.jit),

@@ -17,6 +17,17 @@ from keras_caffe._cli_quiet import hide_xla_start
 from keras_caffe.cli._registry import command, data_format_argument, jit, usage
 
 
+def _check(args):
+    if args.max_iter is not None and args.max_iter < 1:
+        raise usage(f"--max-iter must be >= 1, got {args.max_iter}")
+    if args.warmup_iters < 0:
+        raise usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
+    if args.commit_every is not None and (args.commit_every < 1 or not args.elastic):
+        raise usage(f"--commit-every {args.commit_every}: needs --elastic and N >= 1")
+    if args.gpu is not None and args.devices is not None:
+        raise usage("--gpu and --devices are alternatives: give one")
+
+
 def _arguments(parser):
     parser.add_argument("--solver", "-solver", required=True, help="the solver.prototxt")
     parser.add_argument("--snapshot", "-snapshot",
@@ -80,16 +91,11 @@ def _arguments(parser):
 @command("train", help="train a Caffe solver file (like `caffe train`)",
          description="Run a solver.prototxt end to end: its train and test nets, data layers, "
                      "lr policy, tests, display and snapshots, as `caffe train -solver` does.",
-         arguments=_arguments)
+         arguments=_arguments, inputs=("solver", "snapshot"), input_lists=("weights",),
+         check=_check)
 def run(args):
     from keras_caffe.lms import from_cli
 
-    if args.max_iter is not None and args.max_iter < 1:
-        raise usage(f"--max-iter must be >= 1, got {args.max_iter}")
-    if args.warmup_iters < 0:
-        raise usage(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
-    if args.commit_every is not None and (args.commit_every < 1 or not args.elastic):
-        raise usage(f"--commit-every {args.commit_every}: needs --elastic and N >= 1")
     lms = from_cli(args.lms, args.lms_frac, args.lms_parts)
     try:
         with _lms_log(lms is not None):
@@ -123,8 +129,6 @@ def _train_devices(args):
     choice), after ``--cpu-devices`` split the CPU."""
     from keras_caffe import distributed
 
-    if args.gpu is not None and args.devices is not None:
-        raise usage("--gpu and --devices are alternatives: give one")
     if args.cpu_devices is not None:
         _split_cpu(args.cpu_devices)
     if args.gpu is None and args.devices is None:

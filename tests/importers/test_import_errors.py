@@ -61,6 +61,21 @@ def test_python_layer_is_refused_without_running_anything():
         keras_caffe.import_model(text)
 
 
+def test_python_layer_and_unknown_type_are_named_in_one_error():
+    """A net with a Python layer and an unknown type: one error names both
+    (the README: a net's unknown types are all reported in one error)."""
+    text = INPUT + ('layer { name: "py" type: "Python" bottom: "data" top: "py" '
+                    'python_param { module: "m" layer: "L" } }\n'
+                    'layer { name: "f" type: "Frobnicate" bottom: "py" top: "f" }\n')
+    with pytest.raises(UnknownLayerError) as info:
+        keras_caffe.import_model(text)
+    assert info.value.types == ["Frobnicate"]
+    assert str(info.value) == (
+        "<prototxt text>: no converter for layer type(s) Frobnicate; Python layer(s) 'py' would "
+        "run user code named in the model file; keras-caffe never executes code from a model "
+        f"file; supported: {', '.join(registered_types())}")
+
+
 def test_bottom_nobody_produces():
     with pytest.raises(GraphError, match="layer 'c2' \\(Convolution\\) takes bottom 'missing', "
                                          "which no layer produces"):

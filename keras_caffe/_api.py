@@ -1,0 +1,54 @@
+"""keras-caffe's public API, imported together, TensorFlow with it.
+
+``keras_caffe/__init__.py`` takes its names from here: at once for a
+library ``import keras_caffe``; in the command line only once the arguments
+are parsed and the input files found (``keras_caffe.cli.main``), so
+``--help``, ``--version``, a usage error or a missing file answers without
+waiting for TensorFlow.
+"""
+
+from keras_caffe import initializers, layers, losses, schedules  # registers the serializables .keras files name
+from keras_caffe.errors import (
+    ArgumentError,
+    CaffeImportError,
+    DistributedError,
+    GraphError,
+    HorovodBuildError,
+    KerasCaffeError,
+    LayerError,
+    ProtoParseError,
+    SolverError,
+    TensorFlowRequirementError,
+    UnknownLayerError,
+    UnsafeLayerError,
+    WeightsError,
+)
+from keras_caffe.optimizers import (
+    SGD,
+    AdaDelta,
+    AdaGrad,
+    Adam,
+    CaffeOptimizer,
+    Nesterov,
+    RMSProp,
+    YellowFin,
+)
+from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
+from keras_caffe.importers.layer_types.base import DuplicateConverterError
+from keras_caffe.importers.snapshot_io import SnapshotError
+from keras_caffe.distributed._hvd import HorovodUnavailableError
+from keras_caffe.lms import LMS
+from keras_caffe.lms_graph import LayerLimitError
+from keras_caffe.optimizers.from_solver import optimizer_from_solver
+from keras_caffe.solver import Solver, get_solver
+
+__all__ = [
+    "initializers", "layers", "losses", "schedules",
+    "ArgumentError", "CaffeImportError", "DistributedError", "GraphError", "HorovodBuildError",
+    "KerasCaffeError", "LayerError", "ProtoParseError", "SolverError",
+    "TensorFlowRequirementError", "UnknownLayerError", "UnsafeLayerError", "WeightsError",
+    "SGD", "AdaDelta", "AdaGrad", "Adam", "CaffeOptimizer", "Nesterov", "RMSProp", "YellowFin",
+    "export_caffemodel", "import_model", "param_multipliers", "DuplicateConverterError",
+    "SnapshotError", "HorovodUnavailableError", "LMS", "LayerLimitError",
+    "optimizer_from_solver", "Solver", "get_solver",
+]
