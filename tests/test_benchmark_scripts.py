@@ -370,3 +370,19 @@ def test_closed_loop_check_exit_status(closed_loop, monkeypatch, capsys, closed_
     assert ("claim FAILS" if code else "claim holds") in out
     assert len([line for line in out.splitlines() if line.startswith("CLAIM FAILS")]) == \
         (2 if code else 0)  # median 900 >= 800; faster on 0.67 < 0.8
+
+
+# -- benchmarks/cli_startup.py: the command line's answers without TensorFlow ---------------
+
+
+def test_cli_startup_table_divides_by_both_references():
+    startup = load_script(SCRIPT.parent / "cli_startup.py")
+    times = {case: [1.0] for case in startup.CASES}
+    times["python -c pass"] = [0.04, 0.05, 0.06]
+    times["python -c 'import tensorflow'"] = [4.0, 5.0, 9.0]
+    times["keras-caffe --help"] = [0.10, 0.30, 0.20]
+    rows = startup.table(times)
+    assert rows[1].split() == ["python", "-c", "pass", "0.050", "0.060", "1.0x", "0.01x"]
+    assert rows[3].split() == ["keras-caffe", "--help", "0.200", "0.300", "4.0x", "0.04x"]
+    assert startup.command("keras-caffe --help", "/v/keras-caffe") == ["/v/keras-caffe", "--help"]
+    assert startup.command("python -c pass", "/v/keras-caffe") == [sys.executable, "-c", "pass"]
