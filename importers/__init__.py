@@ -11,12 +11,15 @@
   ImageData, HDF5Data, DummyData, MemoryData, Input) as ``DataPipeline``s
   with Caffe's batches, resumable and shardable: ``.dataset()`` is the
   ``tf.data.Dataset``, and iterating the pipeline yields the batches.
+- ``pooling_rule``: a block in which Pooling layers follow a Caffe fork's
+  output-size rule (darknet2caffe's nets need caffe-yolov3's).
 - ``save_snapshot`` / ``load_snapshot``: ``_iter_N`` snapshots in Caffe's
   formats (.caffemodel + .solverstate, binary or HDF5) and ours.
 """
 
 from keras_caffe.importers.api import ImportedNet, caffe_layers, import_model, import_net, load_into
 from keras_caffe.importers.export import export_caffemodel, param_multipliers
+from keras_caffe.importers.layer_types.pooling import pooling_rule
 from keras_caffe.importers.netfile import filter_net, net_state, read_net
 from keras_caffe.importers.pipeline_core import DataPipeline
 from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline, pipeline_errors
@@ -37,5 +40,5 @@ __all__ = [
     "net_state", "parse_text", "read_binary", "read_text", "read_solver", "converter",
     "registered_types", "unregister_converter", "training_args", "save_snapshot",
     "load_snapshot", "SnapshotError", "layer_pipeline", "net_pipeline", "pipeline_errors",
-    "DataPipeline", "import_net", "ImportedNet", "layer_summary", "LayerSummary",
+    "DataPipeline", "import_net", "ImportedNet", "layer_summary", "LayerSummary", "pooling_rule",
 ]

@@ -255,7 +255,23 @@ def same_shape(layer, bottoms, weights=()):
 
 def run_shapes(found, layer, bottoms, state):
     """``found.shapes(layer, bottoms, state)`` with its errors as ``LayerError``
-    naming the layer, and the tops checked (one per top, no empty axis)."""
+    naming the layer, and the tops checked (one per top, no empty axis).
+    ``state.notes`` of the bottoms pass on to the tops, and end the message
+    of an error here."""
+    notes = getattr(state, "notes", {})
+    inherited = tuple(dict.fromkeys(n for b in layer.bottom for n in notes.get(b, ())))
+    try:
+        result = _checked_shapes(found, layer, bottoms, state)
+    except LayerError as err:
+        if inherited:
+            err.args = ("; ".join((str(err), *inherited)),)  # one line: the CLI prints one
+        raise
+    for top in layer.top if inherited else ():
+        notes[top] = tuple(dict.fromkeys((*inherited, *notes.get(top, ()))))
+    return result
+
+
+def _checked_shapes(found, layer, bottoms, state):
     try:
         result = found.shapes(layer, bottoms, state)
     except LayerError:
@@ -285,6 +301,10 @@ class ShapeState:
         self.input_shapes = input_shapes
         self.source = source
         self.used_inputs = set()
+        #: {blob: notes}: what a shape rule knows that explains a later shape
+        #: error on blobs computed from that blob (Pooling: the Caffe fork
+        #: whose rule would keep a darknet maxpool's size); see ``run_shapes``.
+        self.notes = {}
 
     def input_shape(self, layer, top, stated):
         """The shape of an input top: ``input_shapes``, else ``stated`` (batch first)."""

@@ -24,6 +24,7 @@ TensorFlow's log lines are hidden unless ``--verbose`` (``keras_caffe._cli_quiet
 """
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -61,7 +62,8 @@ def main(argv=None):
             # it imports TensorFlow
             pooled = pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
             import keras_caffe._api  # noqa: F401  Keras, the API and the .keras serializables
-        return entry.run(args) or 0
+        with _pooling_rule(args):
+            return entry.run(args) or 0
     except (KerasCaffeError, OSError) as err:
         flags = options(parser.commands[entry.name])
         if isinstance(err, OSError) and err.filename:
@@ -76,6 +78,15 @@ def main(argv=None):
     finally:
         if pooled:  # TensorFlow read it; what runs after main chooses for itself
             os.environ.pop(POOLED_CPU_ALLOCATOR, None)
+
+
+def _pooling_rule(args):
+    """The ``pooling_rule`` block of ``--pooling-rule`` (none for a command without it)."""
+    if getattr(args, "pooling_rule", None) is None:
+        return contextlib.nullcontext()
+    from keras_caffe.importers import pooling_rule
+
+    return pooling_rule(args.pooling_rule)
 
 
 def _parser():

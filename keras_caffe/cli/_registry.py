@@ -85,6 +85,18 @@ def data_format_argument(parser):
                         choices=["channels_last", "channels_first"])
 
 
+#: ``--pooling-rule``'s choices: keras_caffe.layers.pooling.RULES (importing
+#: it here would import Keras before the arguments are parsed).
+POOLING_RULES = ("bvlc", "caffe-yolov3")
+
+
+def pooling_rule_argument(parser):
+    """``--pooling-rule``: the ``keras_caffe.importers.pooling_rule`` the net is read under."""
+    parser.add_argument("--pooling-rule", choices=POOLING_RULES, default="bvlc",
+                        help="Pooling's output size: BVLC Caffe's rule (default), or "
+                             "caffe-yolov3's (darknet2caffe's nets, e.g. yolov3-tiny)")
+
+
 def input_shape_argument(parser):
     """``--input-shape TOP=C,H,W`` (repeatable): ``input_shapes`` of the Python API."""
     parser.add_argument("--input-shape", action="append", default=[], metavar="TOP=C,H,W",
@@ -134,6 +146,9 @@ def cli_wording(message, flags):
     data is needed where it has not (``train``)."""
     import re
 
+    if "--pooling-rule" in flags:
+        message = re.sub(r"import it inside `with keras_caffe\.importers\.pooling_rule\("
+                         r"\"([\w-]+)\"\):`", r"give --pooling-rule \1", message)
     if "--input-shape" not in flags:
         message = re.sub(r" or with input_shapes=\{[^}]*\}", "", message)
         return re.sub(r"give its? (?:shapes )?with input_shapes=\{[^}]*\}"

@@ -1,6 +1,7 @@
 """``keras-caffe analyze``: |W|, |D|, FLOPs and data-parallel communication."""
 
-from keras_caffe.cli._registry import command, input_shape_argument, input_shapes
+from keras_caffe.cli._registry import (command, input_shape_argument, input_shapes,
+                                       pooling_rule_argument)
 
 
 def _arguments(parser):
@@ -17,6 +18,7 @@ def _arguments(parser):
                         help="with --device-flops: step = max(compute, communication), not the sum")
     parser.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
     input_shape_argument(parser)
+    pooling_rule_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 

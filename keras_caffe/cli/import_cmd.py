@@ -1,7 +1,7 @@
 """``keras-caffe import``: a Caffe net (and weights) as a Keras model."""
 
 from keras_caffe.cli._registry import (command, data_format_argument, input_shape_argument,
-                                       input_shapes, usage)
+                                       input_shapes, pooling_rule_argument, usage)
 
 
 def _check(args):
@@ -21,6 +21,7 @@ def _arguments(parser):
     parser.add_argument("--phase", default="TEST", choices=["TEST", "TRAIN"])
     data_format_argument(parser)
     input_shape_argument(parser)
+    pooling_rule_argument(parser)
     parser.add_argument("--summary", action="store_true", help="only print the layer table")
     parser.add_argument("--json", action="store_true",
                         help="print the layer table as JSON (with -o: and save)")

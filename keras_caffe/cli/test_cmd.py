@@ -11,7 +11,7 @@ writes a float (``%g``, 6 digits).
 
 from keras_caffe._cli_quiet import hide_xla_start
 from keras_caffe.cli._registry import (command, data_format_argument, input_shape_argument,
-                                       input_shapes, jit, usage)
+                                       input_shapes, jit, pooling_rule_argument, usage)
 
 
 def _check(args):
@@ -33,6 +33,7 @@ def _arguments(parser):
     parser.add_argument("--json", action="store_true", help="print JSON instead")
     data_format_argument(parser)
     input_shape_argument(parser)
+    pooling_rule_argument(parser)
     parser.add_argument("--jit", choices=["auto", "on", "off"], default="auto")
 
 

@@ -11,10 +11,12 @@ exits with 130 and one line, no traceback.
 
 import contextlib
 import logging
+import math
 import sys
 
 from keras_caffe._cli_quiet import hide_xla_start
 from keras_caffe.cli._registry import command, data_format_argument, jit, usage
+from keras_caffe.cli.quick_exit import exit_now
 
 
 def _check(args):
@@ -26,6 +28,15 @@ def _check(args):
         raise usage(f"--commit-every {args.commit_every}: needs --elastic and N >= 1")
     if args.gpu is not None and args.devices is not None:
         raise usage("--gpu and --devices are alternatives: give one")
+    if args.lms is None:
+        for flag, given in (("--lms-frac", args.lms_frac is not None),
+                            ("--lms-parts", args.lms_parts)):
+            if given:
+                raise usage(f"{flag} needs --lms N (the threshold in KB)")
+    elif not (math.isfinite(args.lms) and args.lms >= 0):
+        raise usage(f"--lms must be in [0, inf), got {args.lms:g}")
+    if args.lms_frac is not None and not 0 <= args.lms_frac <= 1:
+        raise usage(f"--lms-frac must be in [0, 1], got {args.lms_frac:g}")
 
 
 def _arguments(parser):
@@ -197,6 +208,9 @@ def _train(args, lms):
                     max_iter=args.max_iter) as solver:
             solver.solve(resume_file=args.snapshot, sigint_effect=args.sigint_effect,
                          sighup_effect=args.sighup_effect)
+            # Trained, snapshot written: end the process before the Solver's
+            # data streams are freed, which can take a minute (quick_exit).
+            exit_now(0)
     except distributed.HorovodUnavailableError as err:  # --elastic needs Horovod
         print(f"keras-caffe: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
-"""Caffe's Pooling: explicit pads, Caffe's ceil-mode output size and clipping,
-and MAX pooling's argmax mask (its optional second top)."""
+"""Caffe's Pooling: explicit pads, Caffe's ceil-mode output size and clipping
+(or the output-size rule of a Caffe build that patched it, ``RULES``), and
+MAX pooling's argmax mask (its optional second top)."""
 
 import math
 
@@ -11,14 +12,48 @@ from keras import ops
 from keras_caffe.kernels import eigen_cpu
 from keras_caffe.layers.base import check_data_format, from_nhwc, pair, register, to_nhwc
 
+#: BVLC Caffe's output-size rule (``PoolingLayer::Reshape``).
+BVLC = "bvlc"
+#: The rule of ChenYingpeng/caffe-yolov3's Caffe: its
+#: ``caffe_layers/pooling_layer/pooling_layer.cpp`` (commit 7bf54026, which
+#: darknet2caffe's README has users copy over Caffe's for yolov3-tiny) adds
+#: one output row and one column after the ceil size wherever
+#: ``(kernel_h - stride_h) % 2 == 1`` in C++ (odd and positive: C++'s ``%``
+#: of a negative difference is never 1), before the pad clipping. Darknet's
+#: size-2 stride-1 maxpool then keeps 13x13 at 13x13, as darknet does.
+CAFFE_YOLOV3 = "caffe-yolov3"
+#: The output-size rules ``Pooling`` knows.
+RULES = (BVLC, CAFFE_YOLOV3)
+
 
 def pooled_size(size, kernel, stride, pad, ceil_mode=True):
-    """Caffe's PoolingLayer::Reshape output size along one axis."""
-    span = size + 2 * pad - kernel
-    out = (math.ceil(span / stride) if ceil_mode else span // stride) + 1
-    if pad > 0 and (out - 1) * stride >= size + pad:
-        out -= 1  # the last window must start inside the image (or its left pad)
-    return out
+    """BVLC Caffe's PoolingLayer::Reshape output size along one axis, as if
+    it were the only one (``pooled_shape`` clips both axes where either is
+    padded, as Caffe does)."""
+    return pooled_shape((size,), (kernel,), (stride,), (pad,), ceil_mode)[0]
+
+
+def extra_window(kernel, stride):
+    """Whether caffe-yolov3's rule adds a row and a column: C++'s
+    ``(kernel_h - stride_h) % 2 == 1`` (the first axis decides for both)."""
+    difference = kernel[0] - stride[0]
+    return difference > 0 and difference % 2 == 1
+
+
+def pooled_shape(size, kernel, stride, pad, ceil_mode=True, rule=BVLC):
+    """PoolingLayer::Reshape's top size over the spatial axes ``size`` (H, W):
+    ceil (or floor) of ``(size + 2 pad - kernel) / stride`` plus 1, one more
+    on every axis under caffe-yolov3's rule where ``extra_window``, then,
+    if any pad is non-zero, each axis less 1 where its last window would
+    start at or past ``size + pad`` (Caffe checks both axes then)."""
+    out = [(math.ceil((n + 2 * p - k) / s) if ceil_mode else (n + 2 * p - k) // s) + 1
+           for n, k, s, p in zip(size, kernel, stride, pad)]
+    if rule == CAFFE_YOLOV3 and extra_window(kernel, stride):
+        out = [o + 1 for o in out]
+    if any(pad):
+        out = [o - 1 if (o - 1) * s >= n + p else o
+               for o, n, s, p in zip(out, size, stride, pad)]
+    return tuple(out)
 
 
 def max_pool(x, kernel, stride):
@@ -125,6 +160,13 @@ class Pooling(keras.layers.Layer):
     last window forced to start inside the input. ``global_pooling`` pools
     all of H, W.
 
+    ``rule``: the output-size rule, ``"bvlc"`` (BVLC Caffe's) or
+    ``"caffe-yolov3"`` (``CAFFE_YOLOV3``: one more row and column where
+    ``kernel_h - stride_h`` is odd and positive, ceil mode only; a global
+    pooling over an even H then has 2 x 2 windows of H x W at stride 1, the
+    second row and column clipped to the input). Windows past the input's
+    edge are clipped to it, as Caffe's loops clip them.
+
     ``return_mask`` (MAX only): the layer also returns Caffe's second top, the
     argmax of each window as an index into the flattened H*W plane of the
     input (``h * W + w``; float values, as Caffe's blob holds them). Caffe's
@@ -137,12 +179,17 @@ class Pooling(keras.layers.Layer):
     per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
 
     def __init__(self, pool="MAX", kernel_size=1, stride=1, pad=0, global_pooling=False,
-                 ceil_mode=True, data_format="channels_last", return_mask=False, **kwargs):
+                 ceil_mode=True, data_format="channels_last", return_mask=False, rule=BVLC,
+                 **kwargs):
         super().__init__(**kwargs)
         if pool not in ("MAX", "AVE"):
             raise ValueError(f"pool must be 'MAX' or 'AVE', got {pool!r}")
         if return_mask and pool != "MAX":
             raise ValueError("only MAX pooling has a mask")
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {', '.join(map(repr, RULES))}, got {rule!r}")
+        if rule == CAFFE_YOLOV3 and not ceil_mode:
+            raise ValueError("the caffe-yolov3 rule has ceil mode only")
         self.return_mask = bool(return_mask)
         self.pool = pool
         self.kernel_size = pair(kernel_size)
@@ -150,28 +197,43 @@ class Pooling(keras.layers.Layer):
         self.pad = pair(pad)
         self.global_pooling = bool(global_pooling)
         self.ceil_mode = bool(ceil_mode)
+        self.rule = rule
         self.data_format = check_data_format(data_format)
 
-    def _geometry(self, h, w):
-        out = [pooled_size(n, k, s, p, self.ceil_mode)
-               for n, k, s, p in zip((h, w), self.kernel_size, self.stride, self.pad)]
+    def _window(self, h, w):
+        """(kernel, stride, pad) on an (h, w) input; None for a global
+        pooling that reduces the whole plane to one value."""
+        if not self.global_pooling:
+            return self.kernel_size, self.stride, self.pad
+        if self.rule == CAFFE_YOLOV3 and h is not None and extra_window((h, w), (1, 1)):
+            return (h, w), (1, 1), (0, 0)
+        return None
+
+    def _geometry(self, h, w, window):
+        kernel, stride, pad = window
+        out = pooled_shape((h, w), kernel, stride, pad, self.ceil_mode, self.rule)
+        starts = [(o - 1) * s - p for o, s, p in zip(out, stride, pad)]
+        if self.rule == CAFFE_YOLOV3 and any(a >= n for a, n in zip(starts, (h, w))):
+            raise ValueError(f"the caffe-yolov3 rule gives {out[0]}x{out[1]} windows on a "
+                             f"{h}x{w} input (kernel {kernel}, stride {stride}, pad {pad}): the "
+                             "last starts past the input")
         # Extra bottom/right padding so every window Caffe computes exists.
-        extra = [max(0, (o - 1) * s + k - n - p)
-                 for o, n, k, s, p in zip(out, (h, w), self.kernel_size, self.stride, self.pad)]
+        extra = [max(0, a + k - n) for a, k, n in zip(starts, kernel, (h, w))]
         return out, extra
 
     def call(self, x):
         x = to_nhwc(x, self.data_format)
-        if self.global_pooling:
+        h, w = x.shape[1], x.shape[2]
+        window = self._window(h, w)
+        if window is None:
             reduce = ops.max if self.pool == "MAX" else ops.mean
             y = reduce(x, axis=(1, 2), keepdims=True)
             if self.return_mask:
                 return (from_nhwc(y, self.data_format),
                         from_nhwc(self._global_mask(x, y), self.data_format))
             return from_nhwc(y, self.data_format)
-        h, w = x.shape[1], x.shape[2]
-        (oh, ow), (eh, ew) = self._geometry(h, w)
-        (ph, pw), (kh, kw), (sh, sw) = self.pad, self.kernel_size, self.stride
+        (oh, ow), (eh, ew) = self._geometry(h, w, window)
+        (kh, kw), (sh, sw), (ph, pw) = window
         paddings = [[0, 0], [ph, eh], [pw, ew], [0, 0]]
         if self.pool == "MAX":
             if ph or pw or eh or ew:
@@ -180,24 +242,25 @@ class Pooling(keras.layers.Layer):
             if self.return_mask:
                 y = y[:, :oh, :ow, :]
                 return (from_nhwc(y, self.data_format),
-                        from_nhwc(self._window_mask(x, y, h, w), self.data_format))
+                        from_nhwc(self._window_mask(x, y, h, w, window), self.data_format))
         else:
             if ph or pw or eh or ew:
                 x = ops.pad(x, paddings)
             y = ops.average_pool(x, (kh, kw), (sh, sw), padding="valid")
-            scale = self._average_scale(h, w, oh, ow)
+            scale = self._average_scale(h, w, oh, ow, window)
             if scale is not None:
                 y = y * ops.cast(scale, y.dtype)
         if y.shape[1] != oh or y.shape[2] != ow:  # a slice costs a StridedSliceGrad
             y = y[:, :oh, :ow, :]
         return from_nhwc(y, self.data_format)
 
-    def _window_mask(self, padded, y, h, w):
+    @staticmethod
+    def _window_mask(padded, y, h, w, window):
         """Caffe's argmax per window of the (padded) NHWC input, given the
         windows' maxima ``y``: the smallest plane index ``h * W + w`` among
         the window's real cells equal to the maximum."""
         oh, ow = y.shape[1], y.shape[2]
-        (ph, pw), (kh, kw), (sh, sw) = self.pad, self.kernel_size, self.stride
+        (kh, kw), (sh, sw), (ph, pw) = window
         none = h * w  # larger than every index: no candidate
         found = None
         for u in range(kh):
@@ -211,7 +274,7 @@ class Pooling(keras.layers.Layer):
                                       ops.convert_to_tensor(index[None, :, :, None], "int32"),
                                       none)
                 found = candidate if found is None else ops.minimum(found, candidate)
-        return self._mask_values(found, y)
+        return Pooling._mask_values(found, y)
 
     def _global_mask(self, x, y):
         """The argmax of each whole plane (global pooling)."""
@@ -229,10 +292,11 @@ class Pooling(keras.layers.Layer):
         found = ops.where(ops.greater(y, ops.cast(lowest, y.dtype)), found, -1)
         return ops.stop_gradient(ops.cast(found, y.dtype))
 
-    def _average_scale(self, h, w, oh, ow):
+    @staticmethod
+    def _average_scale(h, w, oh, ow, window):
         """k*k / Caffe's pool_size per output cell (None where all are k*k)."""
         factors = []
-        for n, o, k, s, p in zip((h, w), (oh, ow), self.kernel_size, self.stride, self.pad):
+        for n, o, k, s, p in zip((h, w), (oh, ow), *window):
             start = np.arange(o) * s - p
             size = np.minimum(start + k, n + p) - start
             factors.append(k / size)
@@ -244,10 +308,11 @@ class Pooling(keras.layers.Layer):
             n, c, h, w = input_shape
         else:
             n, h, w, c = input_shape
-        if self.global_pooling:
+        window = self._window(h, w)
+        if window is None:
             oh = ow = 1
         else:
-            (oh, ow), _ = self._geometry(h, w)
+            (oh, ow), _ = self._geometry(h, w, window)
         shape = (n, c, oh, ow) if self.data_format == "channels_first" else (n, oh, ow, c)
         return (shape, shape) if self.return_mask else shape
 
@@ -258,4 +323,6 @@ class Pooling(keras.layers.Layer):
                       ceil_mode=self.ceil_mode, data_format=self.data_format)
         if self.return_mask:
             config["return_mask"] = True
+        if self.rule != BVLC:
+            config["rule"] = self.rule
         return config
