@@ -31,7 +31,10 @@ What happens (see ``lms_graph`` and ``lms_exec`` for the mechanisms):
 
 The numbers do not change: remat recomputes the same operations from the
 same values and staging copies them, so loss and gradients equal those
-without LMS (tests/test_lms_numbers.py checks 1e-6 relative).
+without LMS (tests/test_lms_numbers.py checks 1e-6 relative), whichever way
+the model trains: an eager ``tf.GradientTape`` step, a ``tf.function``,
+``model.fit`` (traced or ``run_eagerly``) or the ``Solver``
+(tests/test_lms_entry_points.py).
 
 Measured findings behind this design (Keras 3.15, TensorFlow 2.21, CPU):
 Keras's own ``keras.RematScope(mode="larger_than")`` rematerializes each

@@ -15,20 +15,29 @@ the same loss and gradients as without LMS. Both are one
 The recomputation starts from the saved inputs plus an exact ``+ 0`` that
 ties it to the incoming gradient, so it runs on the backward pass and not
 before. The block's trainable weights are read once, before the block runs
-forward, and both passes use those values (``keras.StatelessScope``); their
-gradients reach the variables through the reads. So the backward pass reads
-no variable again: every read is a data ancestor of the loss, hence of
-every update, as without LMS. ``keras.remat`` (``tf.recompute_grad``) reads
-the weights again in the backward pass, ordered before the optimizer's
-update of the same weights by a control edge only, and that was measured to
-fail: on TensorFlow 2.18 and 2.21 with Eigen's CPU kernels (2 cores, under
-load), training the golden SGD net with ``LMS(threshold_kb=0)`` through
-``keras.remat`` computed, 3 times in about 43,000 steps (runs of 40 steps;
-it only ever struck within a run's first 40), ``ip1``'s gradient with ``ip2``'s weights as that same step's
-update had left them (a float64 replay with the updated weights reproduces
-the wrong step exactly); it did not happen with Grappler's dependency
-optimizer off. ``tests/test_lms_ordering.py`` checks the ordering on the
-graph, ``benchmarks/lms_race.py`` counts wrong steps.
+forward (``read_values``: tensors, the same read eagerly as in a
+``tf.function``), and both passes use those values
+(``keras.StatelessScope``); their gradients reach the variables through the
+reads. So the backward pass reads no variable again: every read is a data
+ancestor of the loss, hence of every update, as without LMS. ``keras.remat``
+(``tf.recompute_grad``) reads the weights again in the backward pass,
+ordered before the optimizer's update of the same weights by a control edge
+only, and that was measured to fail: on TensorFlow 2.18 and 2.21 with
+Eigen's CPU kernels (2 cores, under load), training the golden SGD net with
+``LMS(threshold_kb=0)`` through ``keras.remat`` computed, 3 times in about
+43,000 steps (runs of 40 steps; it only ever struck within a run's first
+40), ``ip1``'s gradient with ``ip2``'s weights as that same step's update
+had left them (a float64 replay with the updated weights reproduces the
+wrong step exactly); it did not happen with Grappler's dependency optimizer
+off. ``tests/test_lms_ordering.py`` checks the ordering on the graph,
+``benchmarks/lms_race.py`` counts wrong steps.
+
+Eagerly (a ``tf.GradientTape`` step outside ``tf.function``,
+``model.fit(run_eagerly=True)``), ``tf.custom_gradient`` lets the caller's
+tape record the forward pass's ops too, and the tape would keep the block's
+activations until it is done; the forward pass runs on ``tf.stop_gradient``
+of its inputs and weights, so the tape keeps the block's inputs and outputs
+only, as the gradient of a ``tf.function`` does.
 
 A ``remat`` block with ``chunks`` > 1 (Eigen's kernels, per-sample layers;
 see ``lms_graph``) runs its forward over parts of the batch and joins them;
@@ -87,8 +96,23 @@ class Runner:
         if kind in ("remat", "stage"):
             weights = self.model.trainable_variables
             run = _recomputing(self._forward(training), weights, host=kind == "stage")
-            return run(list(args), [keras.ops.convert_to_tensor(w) for w in weights])
+            return run(list(args), read_values(weights))
         return self._forward(training)(*args)
+
+
+def read_values(weights):
+    """The current values of the Keras variables ``weights``, read once, as
+    tensors: ``tf.convert_to_tensor`` of ``variable.value`` (the backend's
+    ``tf.Variable``, or the value an enclosing ``keras.StatelessScope`` gives
+    it), so a tape recording the read carries the gradient on to the variable.
+
+    Not ``keras.ops.convert_to_tensor(variable)``: it returns a Keras variable
+    unchanged (a tensor type to ``tf.is_tensor``). In a ``tf.function``,
+    ``tf.custom_gradient`` converts it to a tensor itself, the same read as
+    here; eagerly it hands it on as is, and ``GradientTape.watch`` refuses
+    it (``ValueError: Passed in object <Variable path=...> of type
+    'Variable', not tf.Tensor or tf.Variable``)."""
+    return [tf.convert_to_tensor(w.value) for w in weights]
 
 
 def batch_parts(xs, chunks):
@@ -125,7 +149,11 @@ def _recomputing(forward, weights, host=False):
     @tf.custom_gradient
     def inner(*flat):
         xs, values = list(flat[:len(flat) - len(weights)]), list(flat[len(flat) - len(weights):])
-        ys = run_with(values, xs)
+        # Eagerly, tf.custom_gradient lets the caller's tapes record the
+        # forward pass's ops too, and a tape keeps what each op's gradient
+        # needs: every activation of the block, until the tape is done. The
+        # block's gradient is ``grad``'s alone, so the tapes see none of it.
+        ys = run_with([tf.stop_gradient(v) for v in values], [tf.stop_gradient(x) for x in xs])
         device = xs[0].device if xs else ""
         if host:
             with tf.device(HOST):

@@ -40,22 +40,22 @@ def batch_for(model, n, seed=0):
     return rng.standard_normal(shape).astype("float32"), rng.integers(0, 10, n).astype("int32")
 
 
-def loss_and_grads(model, x, y, training=True):
-    """One forward/backward in a ``tf.function``: (loss, [gradients]); the
-    loss includes ``model.losses`` (what layers add in their call), as
+def loss_and_grads(model, x, y, training=True, compiled=True):
+    """One forward/backward in a ``tf.function`` (``compiled=False``: eagerly,
+    a plain ``tf.GradientTape`` step): (loss, [gradients]); the loss
+    includes ``model.losses`` (what layers add in their call), as
     ``model.fit`` counts them."""
     import tensorflow as tf
 
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    @tf.function
     def step(x, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=training))
             loss = loss + sum(model.losses)
         return loss, tape.gradient(loss, model.trainable_variables)
 
-    loss, grads = step(tf.constant(x), tf.constant(y))
+    loss, grads = (tf.function(step) if compiled else step)(tf.constant(x), tf.constant(y))
     return float(loss), [g.numpy() for g in grads]
 
 

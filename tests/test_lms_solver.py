@@ -62,15 +62,14 @@ def test_cli_train_with_lms(golden, tmp_path, monkeypatch, capsys, parts):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--lms", "-1"], "keras-caffe: error: keras-caffe train: `--lms` must be in [0, inf), "
-                      "got -1\n"),
-    (["--lms", "10", "--lms-frac", "1.5"], "keras-caffe: error: keras-caffe train: `--lms-frac` "
-                                            "must be in [0, 1], got 1.5\n"),
-    (["--lms-frac", "0.5"], "keras-caffe: error: keras-caffe train: `--lms-frac` needs --lms N "
-                            "(the threshold in KB)\n"),
-    (["--lms-parts"], "keras-caffe: error: keras-caffe train: `--lms-parts` needs --lms N "
-                      "(the threshold in KB)\n"),
+    (["--lms", "-1"], "keras-caffe: error: --lms must be in [0, inf), got -1\n"),
+    (["--lms", "inf"], "keras-caffe: error: --lms must be in [0, inf), got inf\n"),
+    (["--lms", "10", "--lms-frac", "1.5"], "keras-caffe: error: --lms-frac must be in [0, 1], "
+                                            "got 1.5\n"),
+    (["--lms-frac", "0.5"], "keras-caffe: error: --lms-frac needs --lms N (the threshold in KB)\n"),
+    (["--lms-parts"], "keras-caffe: error: --lms-parts needs --lms N (the threshold in KB)\n"),
 ])
 def test_cli_refuses_bad_lms_flags(tmp_path, capsys, argv, message):
+    """Usage errors, found before the solver file is looked for (and before TensorFlow)."""
     assert cli.main(["train", "--solver", str(tmp_path / "none.prototxt"), *argv]) == 2
     assert capsys.readouterr().err == message

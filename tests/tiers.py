@@ -105,6 +105,7 @@ NOT_QUICK = {
     "tests/test_solver.py": "the training loop on the golden nets",
     "tests/test_frozen_params.py": "fine-tuning runs",
     "tests/test_lms_numbers.py": "gradients of whole models with and without LMS",
+    "tests/test_lms_entry_points.py": "fit and Solver training with and without LMS",
     "tests/test_public_api.py": ".keras files saved and loaded in fresh interpreters",
     "tests/importers/test_public_nets.py": "public nets imported and run whole",
     "tests/importers/test_golden_forward.py": "public nets against Caffe's outputs",
