@@ -4,8 +4,7 @@
     python examples/horovod_train.py                 # one worker, same script
     ... examples/horovod_train.py --yellowfin        # YellowFin instead of SGD
 
-    [--epochs 3] [--batch 32] [--samples 4096] [--snapshot-prefix horovod_snapshots/cnn]
-    [--seed 0] [--display 20]
+    [--epochs 3] [--batch 32] [--samples 4096] [--out DIR] [--seed 0] [--display 20]
 
 The FireCaffe / Caffe2 recipe with ``keras_caffe.distributed``:
 
@@ -25,9 +24,10 @@ The FireCaffe / Caffe2 recipe with ``keras_caffe.distributed``:
   (training and validation, each worker validating its share) over the
   workers.
 - ``CaffeLogger`` prints Caffe's training log and ``CaffeSnapshot`` writes
-  ``<prefix>_iter_N`` snapshots at every epoch's end, in the folder of
-  ``--snapshot-prefix`` (``horovod_snapshots/``), which rank 0 prints at the
-  end: on rank 0 only.
+  ``cnn_iter_N`` snapshots at every epoch's end into ``--out DIR`` (by
+  default a fresh temporary folder, ``horovod_train-*`` under the system's
+  temporary directory): on rank 0 only, which names the folder before
+  training and the files in it at the end.
 - ``kd.failures()`` turns a lost worker into one ``DistributedError``.
 
 Data: seeded synthetic 16x16 grey images of a sinusoidal grating at one of
@@ -41,6 +41,7 @@ CPU cores under ``horovodrun -np 2``.
 import argparse
 import os
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -63,10 +64,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=32, help="per-worker batch")
     parser.add_argument("--samples", type=int, default=4096, help="training images")
     parser.add_argument("--yellowfin", action="store_true", help="YellowFin instead of SGD")
-    parser.add_argument("--snapshot-prefix", default="horovod_snapshots/cnn",
-                        help="snapshots are <prefix>_iter_N files; the folder is created and "
-                             "printed at the end (default: horovod_snapshots/ under the "
-                             "current directory)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="the folder of the cnn_iter_N snapshots, created if needed "
+                             "(default: a fresh temporary folder); printed by rank 0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--display", type=int, default=20, help="log every N iterations")
     args = parser.parse_args(argv)
@@ -110,6 +110,15 @@ def make_optimizer(args, iterations, warmup):
                            weight_decay=5e-4, lr_mult={"*/bias": 2.0}, decay_mult={"*/bias": 0.0})
 
 
+def snapshot_folder(args, me):
+    """``--out``, else on rank 0 a fresh temporary folder (the other ranks
+    write no snapshot, so they make none; ``CaffeSnapshot`` ignores their
+    prefix)."""
+    if args.out:
+        return os.path.abspath(args.out)
+    return tempfile.mkdtemp(prefix="horovod_train-") if me.is_chief else tempfile.gettempdir()
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
@@ -133,6 +142,9 @@ def main(argv=None):
              .batch(args.batch, drop_remainder=True).repeat())
     val = kd.shard(tf.data.Dataset.from_tensor_slices((x_val, y_val))).batch(args.batch)
 
+    out = snapshot_folder(args, me)
+    if me.is_chief:
+        print(f"snapshots go to {out}", flush=True)
     model = cnn()
     optimizer = kd.DistributedOptimizer(make_optimizer(args, iterations, steps_per_epoch))
     model.compile(optimizer=optimizer, jit_compile=False,
@@ -140,7 +152,7 @@ def main(argv=None):
                   metrics=["accuracy"])
     callbacks = [BroadcastGlobalState(), MetricAverage(),
                  CaffeLogger(display=args.display),
-                 CaffeSnapshot(args.snapshot_prefix, steps_per_epoch, keep=2)]
+                 CaffeSnapshot(os.path.join(out, "cnn"), steps_per_epoch, keep=2)]
     with kd.failures(lambda: f"iteration {int(optimizer.iterations.numpy())}"):
         history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
                             validation_data=val, callbacks=callbacks, shuffle=False,
@@ -154,8 +166,7 @@ def main(argv=None):
         print(f"final: loss {last['loss']:.4f} accuracy {last['accuracy']:.4f} "
               f"val_loss {last['val_loss']:.4f} val_accuracy {last['val_accuracy']:.4f}")
         written = callbacks[3].written
-        folder = os.path.dirname(os.path.abspath(written[-1].solverstate))
-        print(f"snapshots in {folder}: "
+        print(f"snapshots in {out}: "
               f"{', '.join(os.path.basename(f.solverstate) for f in written)}")
     return 0
 

@@ -12,6 +12,10 @@ and the real check (``build._verify``, a child process) imports it.
 The shipped patch set is also applied to the real sdist when
 ``KERAS_CAFFE_HOROVOD_SDIST`` names it (the Makefile downloads it once);
 with ``KERAS_CAFFE_EXPECT_HOROVOD=1`` its absence fails.
+The build's progress is read from the recorded output of a real build
+(tests/horovod_build_output/SOURCES.md), fed line by line with a fake
+clock, and replayed by a stub ``cmake`` under a real ``pip wheel --verbose``
+(the stub-compiler build).
 """
 
 import dataclasses
@@ -27,13 +31,14 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from keras_caffe import cli
 from keras_caffe.errors import HorovodBuildError
-from keras_caffe.horovod_build import build, cache, patches, sdist, toolchain
+from keras_caffe.horovod_build import build, cache, patches, progress, sdist, toolchain
 
 EXCERPTS = Path(__file__).resolve().parent / "horovod_sdist_excerpts"
 XLA_OPS = "horovod/tensorflow/xla_mpi_ops.cc"
@@ -409,7 +414,7 @@ class FakePip:
         self.build_rc = 0
         self.commands = []
 
-    def __call__(self, command, log, env=None, cwd=None, verbose=False):
+    def __call__(self, command, log, env=None, cwd=None, verbose=False, meter=None):
         self.commands.append(command)
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"$ {' '.join(command)}\n")
@@ -728,3 +733,321 @@ def test_a_failed_build_stores_nothing(fake_build, capsys):
                         "fails or reports no Gloo: ImportError: undefined symbol: "
                         "_ZN10tensorflow8OpKernelD2Ev\n")
     assert _entries(root) == []
+
+
+# -- the build's progress ---------------------------------------------------------
+
+OUTPUT = Path(__file__).resolve().parent / "horovod_build_output"
+#: the recorded ``pip wheel --verbose`` lines (horovod_build_output/SOURCES.md)
+RECORDED = (OUTPUT / "pip_wheel_verbose.log").read_text().splitlines(keepends=True)
+TREE = "src/horovod-0.28.1/build/temp.linux-x86_64-cpython-311/RelWithDebInfo"
+
+
+def _write_steps(tree):
+    """The recorded build tree's compile steps, as build.make files under ``tree``."""
+    for row in (OUTPUT / "build_make_steps.txt").read_text().splitlines():
+        relative, line = row.split("\t")
+        path = Path(tree) / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as out:
+            out.write(f"\t{line}\n")
+
+
+def _recorded(work):
+    """The recorded output as a build in ``work`` prints it, with its build
+    tree's compile steps written there."""
+    _write_steps(Path(work) / TREE)
+    return [line.replace("<work>", str(work)) for line in RECORDED]
+
+
+class Clock:
+    """A fake monotonic clock: ``now`` seconds."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_recorded_tree_counts_the_files_the_build_compiled(tmp_path):
+    """The total is the recorded tree's 101 compile steps: the 101 files
+    the real build compiled; a tree without steps gives no total."""
+    _write_steps(tmp_path / "tree")
+    compiled = [line for line in RECORDED if re.match(r"\s*\[\s*\d+%\] Building CXX object ",
+                                                      line)]
+    assert progress.count_compile_steps(tmp_path / "tree") == len(compiled) == 101
+    (tmp_path / "empty").mkdir()
+    assert progress.count_compile_steps(tmp_path / "empty") is None
+
+
+def test_progress_lines_without_a_terminal(tmp_path):
+    """The recorded build, one line a second: a line when CMake starts, at
+    the first file, at each 10% of the files (files 11, 21, ... of 101)
+    and when the wheel is made; nothing for pip's and the compiler's other
+    lines."""
+    lines, clock, out = _recorded(tmp_path), Clock(), io.StringIO()
+    meter = progress.BuildProgress(out, tty=False, clock=clock)
+    for second, line in enumerate(lines):
+        clock.now = second
+        meter.feed(line)
+    meter.finish()
+    assert lines[12].startswith("  -- Could not find CCache") and "[  0%]" in lines[42]
+    assert out.getvalue().splitlines() == [
+        "building Horovod: CMake is configuring, 12 s",
+        "building Horovod: compiling file 1/101, 42 s",
+        "building Horovod: compiling file 11/101, 53 s",
+        "building Horovod: compiling file 21/101, 1 min 3 s",
+        "building Horovod: compiling file 31/101, 1 min 13 s",
+        "building Horovod: compiling file 41/101, 1 min 23 s",
+        "building Horovod: compiling file 51/101, 1 min 33 s",
+        "building Horovod: compiling file 61/101, 1 min 43 s",
+        "building Horovod: compiling file 71/101, 1 min 53 s",
+        "building Horovod: compiling file 81/101, 2 min 7 s",
+        "building Horovod: compiling file 91/101, 2 min 17 s",
+        "building Horovod: compiling file 101/101, 2 min 27 s",
+        "building Horovod: 101/101 files compiled, making the wheel, 2 min 30 s",
+    ]
+    # the lines named: the n-th file's start, setuptools' install
+    starts = [i for i, line in enumerate(lines) if "] Building CXX object " in line]
+    assert [starts[n - 1] for n in (1, 11, 21, 31, 41, 51, 61, 71, 81, 91, 101)] == [
+        42, 53, 63, 73, 83, 93, 103, 113, 127, 137, 147]
+    assert lines[150] == "  installing to build/bdist.linux-x86_64/wheel\n"
+
+
+def test_never_silent_for_30_s_without_a_terminal(tmp_path):
+    """Without a new stage or 10%, a line after 30 s without one: while pip
+    prepares, while CMake configures, and during a long last file."""
+    lines, clock, out = _recorded(tmp_path), Clock(), io.StringIO()
+    meter = progress.BuildProgress(out, tty=False, clock=clock)
+    meter.feed(lines[11])  # running build_ext
+    for now in (10, 29.9, 30, 45, 59.9):
+        clock.now = now
+        meter.tick()
+    clock.now = 70
+    meter.feed(lines[12])  # CMake starts
+    for now in (99.9, 100, 129, 130):
+        clock.now = now
+        meter.tick()
+    for line in lines[13:148]:  # up to the last file's start
+        meter.feed(line)
+    for now in (159, 160, 190):
+        clock.now = now
+        meter.tick()
+    assert out.getvalue().splitlines() == [
+        "building Horovod: pip is preparing the build, 30 s",
+        "building Horovod: CMake is configuring, 1 min 10 s",
+        "building Horovod: CMake is configuring, 1 min 40 s",
+        "building Horovod: CMake is configuring, 2 min 10 s",
+        "building Horovod: compiling file 1/101, 2 min 10 s",
+        *[f"building Horovod: compiling file {n}/101, 2 min 10 s" for n in range(11, 102, 10)],
+        "building Horovod: compiling file 101/101, 2 min 40 s",
+        "building Horovod: compiling file 101/101, 3 min 10 s",
+    ]
+
+
+def test_on_a_terminal_one_line_is_rewritten(tmp_path):
+    """On a terminal: the line is redrawn when its text changes (a new line
+    of output, a new second), padded over a longer one, and ended by
+    ``finish``."""
+    lines, clock, out = _recorded(tmp_path), Clock(), io.StringIO()
+    meter = progress.BuildProgress(out, tty=True, clock=clock)
+    meter.feed(lines[11])  # running build_ext
+    meter.tick()  # the same second: nothing
+    clock.now = 1.5
+    meter.tick()
+    meter.feed(lines[12])  # CMake starts
+    meter.feed(lines[41])  # the build tree, of 101 files: the same text, not redrawn
+    clock.now = 61
+    meter.feed(lines[42])  # the first file
+    meter.finish()
+    assert out.getvalue() == (
+        "\rbuilding Horovod: pip is preparing the build, 0 s"
+        "\rbuilding Horovod: pip is preparing the build, 2 s"
+        "\rbuilding Horovod: CMake is configuring, 2 s" + " " * 6 +
+        "\rbuilding Horovod: compiling file 1/101, 1 min 1 s\n")
+
+
+STUB_CMAKE = """#!{python}
+# cmake for the stub-compiler build: --version; configure (CMake's recorded
+# configure lines, the recorded compile steps written into the build tree,
+# the working directory); --build (the recorded build lines; with
+# {fail} holding N, N of them, then make's error).
+import sys
+from pathlib import Path
+
+if sys.argv[1:] == ["--version"]:
+    print("cmake version 3.25.1")
+    sys.exit(0)
+lines = [line[2:] for line in Path({recorded!r}).read_text().splitlines(keepends=True)]
+first = next(i for i, line in enumerate(lines) if line.startswith("-- "))
+written = next(i for i, line in enumerate(lines) if line.startswith("-- Build files"))
+end = max(i for i, line in enumerate(lines) if line.startswith("[100%]"))
+if sys.argv[1] != "--build":
+    for row in Path({steps!r}).read_text().splitlines():
+        relative, line = row.split("\\t")
+        path = Path.cwd() / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as out:
+            out.write(line + "\\n")
+    sys.stdout.writelines(lines[first:written])
+    print("-- Build files have been written to:", Path.cwd())
+    sys.exit(0)
+build = [line.replace("<work>", "/stub") for line in lines[written + 1:end + 1]]
+fail = Path({fail!r})
+count = int(fail.read_text()) if fail.is_file() else len(build)
+sys.stdout.writelines(build[:count])
+if count < len(build):
+    print("make: *** [Makefile:136: all] Error 2")
+    sys.exit(2)
+"""
+
+STUB_SETUP = """# Horovod's setup.py runs CMake in its build folder, then packs the wheel:
+# here the stub cmake on PATH, and a pure package (the stub horovod.tensorflow).
+import os
+import subprocess
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildWithCMake(build_py):
+    def run(self):
+        tree = os.path.join(HERE, "build", "RelWithDebInfo")
+        os.makedirs(tree, exist_ok=True)
+        for command in (["cmake", HERE], ["cmake", "--build", "."]):
+            subprocess.check_call(command, cwd=tree)
+        super().run()
+
+
+setup(name="horovod", version="0.28.1", packages=["horovod", "horovod.tensorflow"],
+      cmdclass={"build_py": BuildWithCMake})
+"""
+
+
+class StubCompilerPip(FakePip):
+    """``pip wheel`` runs for real (``build._run_logged`` as shipped) on an
+    sdist whose setup.py runs the stub cmake; ``pip install`` of the wheel
+    unpacks it onto PYTHONPATH; other installs do nothing."""
+
+    def __init__(self, stubs, sdist_path, root, run):
+        super().__init__(stubs, sdist_path, root)
+        self.run = run
+
+    def __call__(self, command, log, env=None, cwd=None, verbose=False, meter=None):
+        self.commands.append(command)
+        if command[3] == "wheel":
+            return self.run(command, log, env=env, cwd=cwd, verbose=verbose, meter=meter)
+        if command[-1].endswith(".whl"):
+            with zipfile.ZipFile(command[-1]) as wheel:
+                wheel.extractall(self.stubs)
+        return 0
+
+
+@pytest.fixture
+def stub_compiler_build(machine, tools, tmp_path, monkeypatch):
+    """The stub machine with a stub cmake that replays the recorded build,
+    a local sdist of the excerpts with a setup.py that runs it, and the
+    real ``pip wheel --verbose``; no progress line for silence
+    (``QUIET_SECONDS``) during the run, so the lines are the build's."""
+    machine()
+    _stub(tools, "g++", GXX)
+    fail = tmp_path / "cmake.fail"
+    (tools / "cmake").write_text(STUB_CMAKE.format(
+        python=sys.executable, recorded=str(OUTPUT / "pip_wheel_verbose.log"),
+        steps=str(OUTPUT / "build_make_steps.txt"), fail=str(fail)))
+    members = {f"horovod-0.28.1/{path.relative_to(EXCERPTS).as_posix()}": path.read_bytes()
+               for path in EXCERPTS.rglob("*") if path.is_file()}
+    members.update({"horovod-0.28.1/setup.py": STUB_SETUP.encode(),
+                    "horovod-0.28.1/horovod/__init__.py": b"",
+                    "horovod-0.28.1/horovod/tensorflow/__init__.py": GOOD_WHEEL.encode()})
+    archive = _tarball(tmp_path / "horovod-0.28.1.tar.gz", members)
+    monkeypatch.setattr(sdist, "verify", lambda path: Path(path))
+    pip = StubCompilerPip(tmp_path / "stubs", archive, tmp_path / "cache" / "horovod",
+                          build._run_logged)
+    pip.fail = fail
+    monkeypatch.setattr(build, "_run_logged", pip)
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 10 ** 6)
+    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return pip
+
+
+TIME = r"(\d+ min )?\d+ s"
+
+
+def _progress_lines(out):
+    return [line for line in out.splitlines() if line.startswith("building Horovod: ")]
+
+
+def test_a_stub_compiler_build_prints_its_progress(stub_compiler_build, capsys, tmp_path):
+    """The whole command, with the real pip wheel and the stub cmake: the
+    progress lines of the recorded build (not a terminal), and the full
+    output in the build log."""
+    pip = stub_compiler_build
+    rc = cli.main(["install-horovod", "--sdist", str(pip.sdist), "--jobs", "2",
+                   "--keep-build-dir"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err + captured.out[-3000:]
+    expected = ["CMake is configuring"] + [
+        f"compiling file {n}/101" for n in (1, *range(11, 102, 10))] + [
+        "101/101 files compiled, making the wheel"]
+    found = _progress_lines(captured.out)
+    assert len(found) == len(expected), found
+    for line, words in zip(found, expected):
+        assert re.fullmatch(rf"building Horovod: {words}, {TIME}", line), (line, words)
+    assert re.search(r"Horovod 0\.28\.1: built from source in \d+ s; cached as ",
+                     captured.out)
+    [work] = (tmp_path / "tmp").glob("keras-caffe-horovod-*")
+    log = (work / "build.log").read_text()
+    compiled = re.findall(r"^  \[\s*\d+%\] Building CXX object (\S+)$", log, re.M)
+    assert len(compiled) == 101 and compiled[-1] == (
+        "horovod/tensorflow/CMakeFiles/tensorflow.dir/xla_mpi_ops.cc.o")
+    assert "  -- Build files have been written to: " in log and "  running build_py\n" in log
+
+
+def test_a_failed_stub_compiler_build_names_its_log(stub_compiler_build, capsys, tmp_path):
+    """A compile that fails after the 30th recorded build line (the 29th
+    file's start): the progress so far, the log's end on stderr and the error naming the log, which
+    holds the whole output."""
+    pip = stub_compiler_build
+    pip.fail.write_text("30")
+    rc = cli.main(["install-horovod", "--sdist", str(pip.sdist), "--jobs", "2"])
+    captured = capsys.readouterr()
+    assert rc == 2
+    [work] = (tmp_path / "tmp").glob("keras-caffe-horovod-*")  # kept
+    log = work / "build.log"
+    assert f"with 2 jobs (log: {log})" in captured.out
+    assert captured.err.endswith("keras-caffe: error: the Horovod build failed (its end "
+                                 f"above); the log: {log}\n")
+    # on stderr, the log's 25 lines before setup.py's traceback (the build's last
+    # 24, recorded lines 48-71, and make's error) and the exception's line
+    assert captured.err.splitlines()[-28:-1] == [
+        *(line.replace("<work>", "/stub").rstrip("\n") for line in RECORDED[48:72]),
+        "  make: *** [Makefile:136: all] Error 2",
+        "  [the traceback is left out here: it is in the log]",
+        "  subprocess.CalledProcessError: Command '['cmake', '--build', '.']' returned "
+        "non-zero exit status 2."]
+    found = _progress_lines(captured.out)
+    assert [re.sub(rf", {TIME}$", "", line) for line in found] == [
+        "building Horovod: CMake is configuring", "building Horovod: compiling file 1/101",
+        "building Horovod: compiling file 11/101", "building Horovod: compiling file 21/101"]
+    text = log.read_text()
+    assert len(re.findall(r"\] Building CXX object ", text)) == 29
+    assert "  make: *** [Makefile:136: all] Error 2\n" in text
+    assert cache.BuildCache.at(tmp_path / "cache").manifests() == {}
+
+
+def test_verbose_shows_the_build_output_instead_of_progress(stub_compiler_build, capsys):
+    """--verbose: the build's own lines on stdout (all 101 files), no progress line."""
+    pip = stub_compiler_build
+    rc = cli.main(["install-horovod", "--sdist", str(pip.sdist), "--jobs", "2", "--verbose"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err + captured.out[-3000:]
+    assert _progress_lines(captured.out) == []
+    assert len(re.findall(r"^  \[\s*\d+%\] Building CXX object ", captured.out, re.M)) == 101
+    assert "  -- Build files have been written to: " in captured.out

@@ -17,7 +17,9 @@ def _arguments(parser):
                         help="build even for a TensorFlow outside 2.16-2.21 (untested)")
     parser.add_argument("--keep-build-dir", action="store_true",
                         help="keep the temporary build directory (always kept on failure)")
-    parser.add_argument("--verbose", action="store_true", help="show the compiler's output")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the build's output (CMake's, the compiler's) instead of "
+                             "the progress line; it is always in the build log")
     parser.add_argument("--no-cache", action="store_true",
                         help="build from source even when a cached build matches (the new "
                              "build is cached all the same)")

@@ -12,8 +12,10 @@ or a clear error), into the running interpreter, never touching TensorFlow:
    TensorFlow's version and headers, in 2.16..2.21; NCCL or Gloo only.
 3. ``sdist.download`` (``pip download --no-binary :all:``) or ``--sdist``,
    then ``sdist.verify`` against the pinned sha256, ``sdist.unpack``.
-4. ``patches.apply_patches``, then ``pip install --no-deps
-   --no-build-isolation --no-cache-dir`` with ``HOROVOD_WITH_TENSORFLOW=1
+4. ``patches.apply_patches``, then ``pip wheel --no-deps
+   --no-build-isolation --no-cache-dir --verbose`` (its output to
+   ``build.log`` and, read by ``progress.BuildProgress``, to a progress
+   line) and ``pip install`` of the wheel, with ``HOROVOD_WITH_TENSORFLOW=1
    HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1
    HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=-jN`` (``HOROVOD_GPU_OPERATIONS=NCCL``
    when ``choose_gpu`` says so).

@@ -2,7 +2,8 @@
 it (``run_plan``): a cached build whose key matches the plan's
 (``cache.py``), installed and checked; else sdist -> verified -> unpacked
 into a fresh temporary directory -> patched -> ``pip wheel --no-deps
---no-build-isolation --no-cache-dir`` -> that wheel ``pip install``-ed into
+--no-build-isolation --no-cache-dir --verbose`` (its output in the log, its
+progress shown: ``progress.py``) -> that wheel ``pip install``-ed into
 this interpreter -> ``horovod.tensorflow`` imported in a fresh process, which
 must report Gloo (and NCCL when planned) -> the wheel kept in the cache.
 
@@ -14,6 +15,7 @@ is never used; keras-caffe's cache is keyed on all that shapes the binary.
 with the compiler the key names (CMake would otherwise pick ``c++``).
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from keras_caffe.errors import HorovodBuildError
-from keras_caffe.horovod_build import cache, patches, sdist, target, toolchain
+from keras_caffe.horovod_build import cache, patches, progress, sdist, target, toolchain
 
 #: The build's fixed variables: TensorFlow and Gloo, nothing else.
 FIXED = {"HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1",
@@ -145,8 +147,11 @@ def describe(plan, build_cache=None, use_cache=True):
 
 
 def pip_wheel_command(source, wheel_dir):
+    """Build the wheel; ``--verbose``: pip passes on the build's output (CMake's,
+    the compiler's), which goes to the log and the progress line, and
+    which pip would otherwise hide."""
     return [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-            "--no-cache-dir", "--wheel-dir", str(wheel_dir), str(source)]
+            "--no-cache-dir", "--verbose", "--wheel-dir", str(wheel_dir), str(source)]
 
 
 def pip_install_wheel_command(wheel):
@@ -157,26 +162,46 @@ def pip_install_wheel_command(wheel):
             "--force-reinstall", str(wheel)]
 
 
-def _run_logged(command, log, env=None, cwd=None, verbose=False):
+def _run_logged(command, log, env=None, cwd=None, verbose=False, meter=None):
     """Run ``command`` appending its output to ``log`` (and the terminal when
-    ``verbose``); its exit status."""
+    ``verbose``; each line to ``meter.feed``, a ``progress.BuildProgress``,
+    which ticks meanwhile); its exit status."""
     with open(log, "a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(command)}\n")
         out.flush()
-        if verbose:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True, env=env, cwd=cwd)
+        if not verbose and meter is None:
+            return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                  cwd=cwd).returncode
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, errors="replace", env=env, cwd=cwd)
+        with progress.ticking(meter) if meter is not None else contextlib.nullcontext():
             for line in process.stdout:
                 out.write(line)
-                sys.stdout.write(line)
-            return process.wait()
-        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                              cwd=cwd).returncode
+                if verbose:
+                    sys.stdout.write(line)
+                if meter is not None:
+                    meter.feed(line)
+        return process.wait()
 
 
 def _tail(log, count=25):
+    """What a failure shows of the log: its last ``count`` lines, or, when
+    the last command's output ends in a Python traceback (Horovod's setup.py
+    raising for a failed ``cmake --build``, pip's summary after it), the
+    ``count`` lines before that traceback (the compiler's and make's errors)
+    and the exception's line."""
     lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
-    return "\n".join(lines[-count:])
+    command = max((i for i, line in enumerate(lines) if line.startswith("$ ")), default=0)
+    starts = [i for i in range(command, len(lines))
+              if lines[i].strip() == "Traceback (most recent call last):"]
+    if not starts:
+        return "\n".join(lines[-count:])
+    start = starts[-1]
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    raised = next((line for line in lines[start + 1:]
+                   if line.strip() and len(line) - len(line.lstrip()) <= indent), "")
+    return "\n".join([*lines[max(command, start - count):start],
+                      "  [the traceback is left out here: it is in the log]", raised])
 
 
 def _verify(plan, env):
@@ -280,8 +305,11 @@ def _build(plan, work, log, env, verbose, say):
     _install(RUNTIME_REQUIREMENTS, log, verbose)
     say(f"building Horovod {sdist.VERSION} against TensorFlow {plan.tensorflow.version} "
         f"with {plan.jobs} jobs (log: {log})")
-    if _run_logged(pip_wheel_command(source, work / "wheel"), log, env=env, cwd=work,
-                   verbose=verbose):
+    meter = None if verbose else progress.BuildProgress()  # --verbose shows the output itself
+    # pip's and setup.py's lines as they are written, not in blocks (no binary changes)
+    unbuffered = dict(env, PYTHONUNBUFFERED="1")
+    if _run_logged(pip_wheel_command(source, work / "wheel"), log, env=unbuffered, cwd=work,
+                   verbose=verbose, meter=meter):
         print(_tail(log), file=sys.stderr)
         raise HorovodBuildError(f"the Horovod build failed (its end above); the log: {log}")
     wheel = _wheel(work / "wheel")

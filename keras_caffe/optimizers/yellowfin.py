@@ -39,6 +39,14 @@ factors of ``g`` in the step and in ``avg(g)`` (the clip scales, or 1), and ``k`
 write every per-parameter value back unchanged."""
 
 
+class _Tuned(str):
+    """A tuned value in ``repr``: ``0.987 (tuned)``, or before the optimizer
+    is built ``<tuned from 0.0>`` (the first update's value)."""
+
+    def __repr__(self):
+        return str(self)
+
+
 def _handle(variable):
     """The resource handle of a Keras or TensorFlow variable."""
     return variable.value.handle if isinstance(variable, keras.Variable) else variable.handle
@@ -480,16 +488,24 @@ class YellowFin(CaffeOptimizer):
         return config
 
     def rate_fields(self) -> dict:
-        """The rate before tuning starts, and ``lr_factor``."""
-        rate = shortest(float(ops.convert_to_numpy(self.learning_rate)))
+        """The tuned rate (``_Tuned``), and ``lr_factor``."""
         factor = self.lr_factor
-        return {"learning_rate": rate,
+        return {"learning_rate": self._tuned_field(self.tuned_learning_rate,
+                                                   self._initial_rate()),
                 "lr_factor": shortest(factor) if isinstance(factor, float) else factor}
 
+    def _tuned_field(self, value, initial):
+        """A tuned value as ``repr`` shows it: its current value once built,
+        else ``<tuned from`` the first update's ``>``."""
+        if self.built and tf.executing_eagerly():
+            return _Tuned(f"{shortest(float(ops.convert_to_numpy(value)))!r} (tuned)")
+        return _Tuned(f"<tuned from {shortest(float(ops.convert_to_numpy(initial)))!r}>")
+
     def repr_fields(self) -> dict:
-        """The rate and ``momentum``, then every argument that is not its
-        default."""
+        """The rate and ``momentum``, tuned (``_Tuned``), then every argument
+        that is not its default."""
         fields = super().repr_fields()
+        fields["momentum"] = self._tuned_field(self.tuned_momentum, self.momentum)
         defaults = {name: p.default for name, p in
                     inspect.signature(YellowFin.__init__).parameters.items()}
         fields.update(closed_loop=self.closed_loop, staleness=self.staleness,
