@@ -1,11 +1,12 @@
 """``import_model``: a Caffe net (and weights) -> a Keras model."""
 
+import math
 import numbers
 import warnings
 
 from keras_caffe.errors import CaffeImportError
 from keras_caffe.importers.fold import fold_batchnorm as fold
-from keras_caffe.importers.graph import build_model
+from keras_caffe.importers.graph import MAX_ELEMENTS, build_model
 from keras_caffe.importers.netfile import load_net, net_state
 from keras_caffe.importers.weights import load_weights
 from keras_caffe.layers import CaffeBlobs
@@ -104,8 +105,9 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
 
 
 def _checked_input_shapes(input_shapes):
-    """``input_shapes`` as ``{str: tuple of positive ints}``; an
-    ``ArgumentError`` naming the entry otherwise."""
+    """``input_shapes`` as ``{str: tuple of positive ints}``, each at most
+    ``graph.MAX_ELEMENTS`` values per sample (the most one blob may have);
+    an ``ArgumentError`` naming the entry otherwise, before anything is built."""
     from keras_caffe.errors import ArgumentError
 
     if input_shapes is None:
@@ -127,6 +129,12 @@ def _checked_input_shapes(input_shapes):
                                 "per-sample shape in Caffe's order, positive integers, such "
                                 "as (3, 32, 32)")
         checked[top] = tuple(int(d) for d in dims)
+        values = math.prod(checked[top])
+        if values > MAX_ELEMENTS:
+            raise ArgumentError("import_model", "input_shapes",
+                                f"entry {top!r}: {checked[top]} is {values:,} values per sample, "
+                                f"more than the {MAX_ELEMENTS:,} one blob may have; refusing "
+                                "to allocate")
     return checked
 
 

@@ -14,15 +14,25 @@ Random crops and mirrors of batch ``g`` come from
 was read before, so ``dataset(start_batch=s)`` starts exactly where an
 uninterrupted run would be, and workers can split the batches:
 worker ``i`` of ``P`` reads global batches ``i, i + P, i + 2P, ...``.
+
+A pipeline's batches live in host memory. Where tf.data's AUTOTUNE can make
+batches in parallel and buffer them ahead within the host memory
+(``memory_budget.reads_ahead``) it does; a pipeline of batches too big for
+that makes each batch when it is asked for (a plain ``map``, with tf.data's
+own parallelization and injected prefetch turned off), so it holds the
+batch being made and the one the net reads, no more
+(``memory_budget.pipeline_need``, which ``pipelines`` checks first).
 """
 
 import functools
+import os
 import zlib
 
 import numpy as np
 import tensorflow as tf
 
 from keras_caffe._checks import check_int
+from keras_caffe.importers import memory_budget
 from keras_caffe.importers.data_errors import pipeline_errors
 
 #: The seed used when none is given, so runs are reproducible by default.
@@ -71,7 +81,7 @@ class Context:
     """The options of one ``layer_pipeline`` / ``net_pipeline`` call."""
 
     def __init__(self, phase, net_source, data_format, seed, arrays, shard_index, num_shards,
-                 in_memory_limit):
+                 in_memory_limit, host=(None, "host memory unknown")):
         self.phase = phase
         self.net_source = net_source
         self.data_format = data_format
@@ -80,6 +90,8 @@ class Context:
         self.shard_index = shard_index
         self.num_shards = num_shards
         self.in_memory_limit = in_memory_limit
+        #: ``(bytes or None, where)``: the host memory the batches must fit in.
+        self.host = host
 
     @property
     def train(self):
@@ -100,6 +112,13 @@ class Context:
         shape = tuple(int(d) for d in shape)
         if self.data_format == "channels_last" and len(shape) >= 3:
             return (shape[0], *shape[2:], shape[1])
+        return shape
+
+    def caffe_shape(self, shape):
+        """``model_shape``'s inverse: a batch's shape in Caffe's axes (N, C, ...)."""
+        shape = tuple(int(d) for d in shape)
+        if self.data_format == "channels_last" and len(shape) >= 3:
+            return (shape[0], shape[-1], *shape[1:-1])
         return shape
 
 
@@ -128,8 +147,10 @@ class DataPipeline:
     Attributes: ``tops`` (top names in the layers' order), ``batch_size`` (per
     worker), ``num_records`` (records in one pass over the source, before
     sharding), ``shapes`` ({top: one batch's shape in the model's layout}),
-    ``shard_index`` / ``num_shards``, ``seed`` and ``layers`` (the layer
-    names).
+    ``shard_index`` / ``num_shards``, ``seed``, ``layers`` (the layer
+    names) and ``reads_ahead`` (whether AUTOTUNE makes batches in parallel
+    and buffers them ahead, or each is made when asked for: see the module
+    docstring).
 
     ``dataset(start_batch)`` is the ``tf.data.Dataset`` of the batches, for
     ``model.fit(pipeline.dataset(), steps_per_epoch=...)`` and tf.data's own
@@ -158,6 +179,9 @@ class DataPipeline:
         self.phase = context.phase
         self.data_format = context.data_format
         self._load = load
+        nbytes = memory_budget.batch_bytes(self.shapes.values())
+        self._ram_budget = memory_budget.ram_budget(context.host[0])
+        self.reads_ahead = memory_budget.reads_ahead(nbytes, context.host[0], _cores())
 
     def load(self, batch_index):
         """Global batch ``batch_index`` (an int64 tensor) as {top: float32 tensor}."""
@@ -175,10 +199,16 @@ class DataPipeline:
         start = check_int("DataPipeline.dataset", "start_batch", start_batch)
         shard, shards = self.shard_index, self.num_shards
         ds = tf.data.Dataset.counter(start, dtype=tf.int64)
-        ds = ds.map(lambda k: self.load(shard + k * shards),
-                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         options = tf.data.Options()
         options.deterministic = True
+        if not self.reads_ahead:  # each batch made when asked for, one at a time
+            options.experimental_optimization.map_parallelization = False
+            options.experimental_optimization.inject_prefetch = False
+            return ds.map(lambda k: self.load(shard + k * shards)).with_options(options)
+        ds = ds.map(lambda k: self.load(shard + k * shards),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if self._ram_budget is not None:
+            options.autotune.ram_budget = self._ram_budget
         return ds.prefetch(tf.data.AUTOTUNE).with_options(options)
 
     def __iter__(self):
@@ -199,3 +229,11 @@ class DataPipeline:
         return (f"DataPipeline(layers={list(self.layers)}, batch_size={self.batch_size}, "
                 f"num_records={self.num_records}, shard {self.shard_index}/{self.num_shards}, "
                 f"{{{shapes}}})")
+
+
+def _cores():
+    """The CPUs this process may run on: the most loads AUTOTUNE runs at once."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

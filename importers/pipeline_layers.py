@@ -33,6 +33,7 @@ import tensorflow as tf
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types import base
 from keras_caffe.importers.layer_types._data import pipeline_types
+from keras_caffe.importers.memory_budget import check_pipeline
 from keras_caffe.importers.pipeline_core import RecordOrder, positions
 
 
@@ -49,6 +50,15 @@ def batch_size(layer, value):
     if value <= 0:
         raise LayerError(layer.name, f"batch_size must be positive, got {value}")
     return int(value)
+
+
+def check_resized(layer, ctx, batch, records):
+    """Refuse, before the first record is decoded, a layer whose records
+    resized to its ``new_height`` x ``new_width`` (``records``: {name: Caffe
+    shape without the batch, before any crop}) the pipeline cannot make a
+    batch of in host memory (``memory_budget.check_pipeline``)."""
+    check_pipeline([(layer, {f"{name} resized": (batch, *shape)
+                             for name, shape in records.items()})], *ctx.host)
 
 
 def check_tops(layer, low, high):

@@ -38,7 +38,13 @@ share), ``pipeline_core`` (order, seeds, sharding, ``DataPipeline``),
   the pipeline; ``with DataPipeline.errors(): ...`` (``data_errors``) turns it
   back into the ``LayerError``.
 - **Memory.** An LMDB, LevelDB or HDF5 source up to ``in_memory_limit`` bytes (1 GiB)
-  is read into memory once; bigger ones are read per batch.
+  is read into memory once; bigger ones are read per batch. A batch the host
+  memory cannot hold while the pipeline makes it (``memory_budget.check_pipeline``:
+  a DummyData batch of 10^9, an ImageData ``new_height`` of 100000) is refused
+  with a ``LayerError`` naming the layer, the tops' shapes and the bytes before
+  anything is read or filled; a batch too big for tf.data's AUTOTUNE to make
+  batches in parallel and buffer them ahead is made when the net asks for it
+  (``DataPipeline.reads_ahead``).
 
 Where the batches differ from Caffe's, on purpose or by necessity:
 
@@ -64,6 +70,7 @@ import os
 from keras_caffe._checks import check_int
 from keras_caffe.errors import ArgumentError, LayerError
 from keras_caffe.importers.data_errors import pipeline_errors
+from keras_caffe.importers.memory_budget import check_pipeline, host_budget
 from keras_caffe.importers.pipeline_core import DEFAULT_SEED, Context, DataPipeline
 from keras_caffe.importers.layer_types._data import pipeline_types
 from keras_caffe.importers.pipeline_layers import spec_for
@@ -113,7 +120,15 @@ def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, n
     if net_source is not None:
         net_source = os.fspath(net_source)
     return Context(phase.upper(), net_source, data_format, seed, arrays, shard_index, num_shards,
-                   in_memory_limit)
+                   in_memory_limit, host_budget())
+
+
+def _checked(ctx, layers, specs):
+    """Refuse layers whose batches, read together, the host memory cannot hold
+    while the pipeline makes them (``memory_budget.check_pipeline``)."""
+    check_pipeline([(layer, {top: ctx.caffe_shape(spec.shapes[top]) for top in layer.top
+                             if top in spec.shapes}) for layer, spec in zip(layers, specs)],
+                   *ctx.host)
 
 
 def layer_pipeline(layer, phase="TRAIN", *, net_source=None, data_format="channels_last",
@@ -128,6 +143,7 @@ def layer_pipeline(layer, phase="TRAIN", *, net_source=None, data_format="channe
     ctx = _context("layer_pipeline", phase, net_source, data_format, seed, arrays, shard_index,
                    num_shards, in_memory_limit)
     spec = spec_for(layer, ctx)
+    _checked(ctx, [layer], [spec])
     return DataPipeline(layers=[layer.name], tops=list(layer.top), batch_size=spec.batch_size,
                         num_records=spec.num_records, shapes=spec.shapes, load=spec.load,
                         context=ctx)
@@ -173,6 +189,7 @@ def net_pipeline(net_param, phase="TRAIN", *, net_source=None, data_format="chan
         listed = ", ".join(f"{n!r} has {b}" for n, b in sizes.items())
         raise LayerError(layers[1].name, f"data layers differ in batch size ({listed}); "
                                          "a Keras model takes one batch size")
+    _checked(ctx, layers, specs)
     shapes = {}
     for spec in specs:
         shapes.update(spec.shapes)

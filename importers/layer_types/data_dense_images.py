@@ -28,7 +28,8 @@ from keras_caffe.importers.layer_types.base import SEGNET, layer_type
 from keras_caffe.importers.pipeline_core import (
     RecordOrder, epoch_permutation, positions, record_randoms)
 from keras_caffe.importers.pipeline_images import check, files_reader, image_base, text
-from keras_caffe.importers.pipeline_layers import Spec, batch_size, check_tops, rand_skip_start
+from keras_caffe.importers.pipeline_layers import (
+    Spec, batch_size, check_resized, check_tops, rand_skip_start)
 from keras_caffe.importers.transform import Transformer, transform_parameters
 
 
@@ -118,6 +119,10 @@ class DenseImageData(DataLayer):
         check_tops(layer, 2, 2)
         check_parameters(layer)
         batch = batch_size(layer, p.batch_size)
+        if p.new_height:
+            check_resized(layer, ctx, batch, {
+                layer.top[0]: (3 if p.is_color else 1, p.new_height, p.new_width),
+                layer.top[1]: (1, p.new_height, p.new_width)})
         listing = records.find_source(layer, p.source, ctx.net_source)
         names, label_names, numbers = read_pair_list(layer, listing)
         base = image_base(layer, p.root_folder + names[0], listing, ctx.net_source)

@@ -15,7 +15,7 @@ from keras_caffe.importers.pipeline_core import (
 from keras_caffe.importers.pipeline_images import (
     ImageDecoder, files_reader, image_base, image_batch, read_image_file)
 from keras_caffe.importers.pipeline_layers import (
-    Spec, batch_size, check_tops, data_label, rand_skip_start)
+    Spec, batch_size, check_resized, check_tops, data_label, rand_skip_start)
 from keras_caffe.importers.transform import Transformer
 
 
@@ -61,6 +61,9 @@ class ImageData(DataLayer):
         if (p.new_height > 0) != (p.new_width > 0):
             raise LayerError(layer.name, "new_height and new_width must be set together "
                                          f"(got {p.new_height} and {p.new_width})")
+        if p.new_height > 0:
+            check_resized(layer, ctx, batch, {layer.top[0]: (3 if p.is_color else 1,
+                                                             p.new_height, p.new_width)})
         listing = records.find_source(layer, p.source, ctx.net_source)
         names, labels = records.read_image_list(layer, listing)
         full = [p.root_folder + name for name in names]

@@ -54,7 +54,8 @@ from keras_caffe.importers.layer_types.base import C3D, layer_type
 from keras_caffe.importers.pipeline_core import (
     RecordOrder, epoch_permutation, positions, record_randoms)
 from keras_caffe.importers.pipeline_images import check, text
-from keras_caffe.importers.pipeline_layers import Spec, batch_size, check_tops, rand_skip_start
+from keras_caffe.importers.pipeline_layers import (
+    Spec, batch_size, check_resized, check_tops, rand_skip_start)
 from keras_caffe.importers.protofile import read_binary
 from keras_caffe.importers.weights import blob_to_array
 from keras_caffe.proto import caffe_pb2
@@ -279,6 +280,9 @@ class VideoData(DataLayer):
         check_tops(layer, 2, 2)
         check_parameters(layer)
         batch = batch_size(layer, p.batch_size)
+        if p.new_height:
+            check_resized(layer, ctx, batch, {layer.top[0]: (_CHANNELS, p.new_length,
+                                                             p.new_height, p.new_width)})
         listing = records.find_source(layer, p.source, ctx.net_source)
         clips = Clips(layer, listing)
         if p.use_temporal_jitter:
