@@ -1,6 +1,7 @@
 """Loading a net definition: parse, upgrade, and keep the layers of a phase."""
 
 from keras_caffe.errors import CaffeImportError, ProtoParseError
+from keras_caffe.importers.file_kind import not_a_net
 from keras_caffe.importers.protofile import read_message, text_of
 from keras_caffe.importers.tolerant import parse_net_tolerant, unknown_field
 from keras_caffe.importers.upgrade import upgrade_net
@@ -19,7 +20,9 @@ def read_net(net):
 
 def read_net_file(net):
     """``(NetParameter, source, [SkippedField])``: ``read_net``, and the
-    fields it skipped (``keras_caffe.importers.tolerant``)."""
+    fields it skipped (``keras_caffe.importers.tolerant``). A solver file
+    (fields no net has, no layers) is refused saying so
+    (``file_kind.not_a_net``)."""
     try:
         param, source = read_message(net, caffe_pb2.NetParameter, "<prototxt text>")
         skipped = []
@@ -27,6 +30,9 @@ def read_net_file(net):
         if unknown_field(err) is None:
             raise
         text, source = text_of(net, caffe_pb2.NetParameter, "<prototxt text>")
+        wrong_kind = not_a_net(text)
+        if wrong_kind:
+            raise ProtoParseError(source, wrong_kind) from None
         param, skipped = parse_net_tolerant(text, source)
     return upgrade_net(param, source), source, skipped
 

@@ -1,7 +1,9 @@
 """Reading Caffe's protocol buffer files with keras-caffe's schema.
 
 Text files go through ``google.protobuf.text_format``; its errors are turned
-into ``ProtoParseError`` naming ``file:line:column``.
+into ``ProtoParseError`` naming ``file:line:column``. Binary files are parsed
+only when they hold no more messages than their size allows
+(``keras_caffe.importers.message_count``).
 """
 
 import os
@@ -12,6 +14,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf import text_format
 
 from keras_caffe.errors import ProtoParseError
+from keras_caffe.importers.message_count import excess_messages, varint_at as _varint_at
 
 _PACKAGE_PREFIX = "keras_caffe.caffe."
 _LOCATION = re.compile(r"^(\d+):(\d+) : ")
@@ -50,15 +53,45 @@ def read_binary(path, message):
     path = os.fspath(path)
     with open(path, "rb") as f:
         data = f.read()
+    return parse_binary(data, message, path)
+
+
+def parse_binary(data, message, source):
+    """Parse binary ``data`` (read from ``source``) into ``message()``; a
+    file holding more messages than its size allows is refused before the
+    parse (``message_count.excess_messages``)."""
+    refusal = excess_messages(data, message)
+    if refusal:
+        raise ProtoParseError(source, refusal)
     proto = message()
     try:
         proto.ParseFromString(data)
     except (_message.DecodeError, RuntimeError) as err:
         detail = truncation(data, message)
         raise ProtoParseError(
-            path, detail or f"not a binary {message.DESCRIPTOR.name} file ({err})"
+            source, detail or f"not a binary {message.DESCRIPTOR.name} file ({err})"
         ) from None
     return proto
+
+
+def top_level_fields(data, message, extra=None):
+    """The names of binary ``data``'s top-level fields, in order, when every
+    one is a field of ``message`` (or of ``extra``, ``{number: name}`` of
+    length-delimited fields beside it) of the right wire type and ends within
+    the data; None otherwise. A cheap walk (no parse) to tell file kinds
+    apart."""
+    pos, size, names = 0, len(data), []
+    while pos < size:
+        tag, pos = _varint_at(data, pos)
+        if tag is None or tag < 0:
+            return None
+        name = _field_name(message, extra or {}, tag >> 3, tag & 7)
+        end = _field_end(data, pos, tag & 7)
+        if name is None or end is None or end == _VARINT_CUT or end > size:
+            return None
+        names.append(name.strip("`"))
+        pos = end
+    return names
 
 
 #: Wire types of fixed size: 64-bit and 32-bit.
@@ -139,23 +172,15 @@ def _field_name(message, extra, number, wire):
 
 
 def _is_packed(field):
-    return field.label == FieldDescriptor.LABEL_REPEATED and field.type not in _DELIMITED
+    """A repeated number (written packed, or either way read). protobuf 5+
+    has ``is_repeated``; 4.x only ``label``."""
+    repeated = field.is_repeated if hasattr(field, "is_repeated") else \
+        field.label == FieldDescriptor.LABEL_REPEATED
+    return repeated and field.type not in _DELIMITED
 
 
 def _cut(size, needed, detail):
     return f"truncated at byte {size} of at least {needed} ({detail})"
-
-
-def _varint_at(data, pos):
-    """``(value, next position)``; ``(None, pos)`` when ``data`` ends inside
-    the varint, ``(-1, pos)`` when it is longer than 10 bytes (corrupt)."""
-    value = shift = 0
-    for i in range(pos, min(pos + 10, len(data))):
-        value |= (data[i] & 0x7F) << shift
-        shift += 7
-        if not data[i] & 0x80:
-            return value, i + 1
-    return (None, pos) if len(data) - pos < 10 else (-1, pos)
 
 
 def read_message(obj, message, text_source):

@@ -30,16 +30,15 @@ from keras_caffe.importers import hdf5_files
 from keras_caffe.importers import snapshot_params as sp
 from keras_caffe.importers.api import load_into
 from keras_caffe.importers.export import caffemodel_proto, write_hdf5
+from keras_caffe.importers.file_kind import WEIGHTS_NOT_SOLVERSTATE, hdf5_kind, is_weights
+from keras_caffe.importers.message_count import excess_messages
 from keras_caffe.importers.protofile import truncation
 from keras_caffe.importers.snapshot_io import (
-    SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5, resolve_weights,
-    sha256_file, write_bytes_durably)
+    EXTRA_FIELD, SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5,
+    resolve_weights, sha256_file, write_bytes_durably)
 from keras_caffe.importers.weights import array_to_blob, blob_to_array, load_weights
 from keras_caffe.proto import caffe_pb2
 
-#: SolverState field number of our JSON (far above caffe.proto's 1-4 and
-#: outside protobuf's reserved 19000-19999).
-EXTRA_FIELD = 1_000_001
 HDF5_EXTRA = "keras_caffe_state"
 EXTRA_FORMAT = "keras-caffe"
 EXTRA_VERSION = 1
@@ -176,6 +175,11 @@ def _read_state_binary(path):
         data = f.read()
     if not data:
         raise SnapshotError(path, "empty file: not a solverstate")
+    refusal = excess_messages(data, caffe_pb2.SolverState)
+    if refusal:
+        raise SnapshotError(path, refusal)
+    if is_weights(data):
+        raise SnapshotError(path, WEIGHTS_NOT_SOLVERSTATE)
     state = caffe_pb2.SolverState()
     try:
         state.ParseFromString(data)
@@ -245,6 +249,8 @@ def _read_state_hdf5(path):
     with hdf5_files.open_file(path, fail) as f:
         for key in ("iter", "current_step", "history"):
             if key not in f:
+                if hdf5_kind(f) == "weights":
+                    raise SnapshotError(path, WEIGHTS_NOT_SOLVERSTATE)
                 raise SnapshotError(path, f"not a Caffe HDF5 solverstate (no /{key})")
         group = f["history"]
         if not isinstance(group, h5py.Group) or \
@@ -395,9 +401,9 @@ def load(path, model, optimizer, state=None, check_state=None):
     """Restore the model and optimizer from a Caffe solverstate; returns the
     stored ``state`` dict ({} for Caffe's own files). Everything is checked
     before anything is changed."""
+    state = state or read_state(path)  # first: a file of another kind says so
     opt = sp.caffe_optimizer(optimizer, path)
     params = sp.learnable_params(model, path)
-    state = state or read_state(path)
     extra = _checked_extra(path, state.extra)
     sp.check_history(path, opt, params, state.history,
                      stored_slots=extra.get("slots") if extra else None)

@@ -16,6 +16,12 @@ from keras_caffe.importers.atomic import (  # noqa: F401 (re-exported)
     TEMP_PREFIX, atomic_output, fsync_directory, fsync_file, write_bytes_durably)
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+#: SolverState field number of our JSON in Caffe's binary solverstates (far
+#: above caffe.proto's 1-4 and outside protobuf's reserved 19000-19999);
+#: ``snapshot_caffe`` writes it.
+EXTRA_FIELD = 1_000_001
+#: The ``format`` attribute of our Keras-format solverstate (``snapshot_keras``).
+KERAS_FORMAT = "keras-caffe-snapshot"
 
 
 class SnapshotError(KerasCaffeError):

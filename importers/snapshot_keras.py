@@ -4,8 +4,9 @@
 ``<prefix>_iter_N.solverstate``, is an HDF5 file:
 
 - attributes ``format`` (``FORMAT``), ``version``, ``iteration``,
-  ``optimizer_class`` (module.qualname), ``optimizer_name``, ``weights_file``
-  (the weights' file name, next to the solverstate) and ``weights_sha256``;
+  ``optimizer_class`` (module.qualname), ``optimizer_name``, ``model_name``,
+  ``weights_file`` (the weights' file name, next to the solverstate) and
+  ``weights_sha256``;
 - string datasets ``optimizer_config`` (``keras.saving.serialize_keras_object``
   as JSON), ``model_fingerprint`` (JSON ``[[path, shape, dtype], ...]`` for
   ``model.weights``) and ``state`` (the caller's dict as JSON);
@@ -15,6 +16,15 @@
 Restoring assigns the stored arrays unchanged, so the optimizer's state
 (momentum, Adam's moments, YellowFin's curvature window and averages, the
 iteration counter) is bitwise what it was.
+
+The model is matched as Keras's ``load_weights`` matches it: by layer paths
+and shapes, without the top-level model's name. Keras puts a Sequential's
+name in its weights' paths (``sequential_1/conv1/kernel``) and in its
+optimizer's slot names (``sgd/sequential_1_conv1_kernel_momentum``), and that
+name is auto-generated per process: the same model rebuilt elsewhere is
+``sequential``. The name is stored (``model_name``); in snapshots written
+before it was, it is the first component all stored paths share when the
+model's own paths all start with its name.
 """
 
 import json
@@ -26,9 +36,10 @@ from keras import ops
 
 from keras_caffe.importers import hdf5_files
 from keras_caffe.importers.snapshot_io import (
-    SnapshotError, atomic_output, check_checksum, decode_json, resolve_weights, sha256_file)
+    KERAS_FORMAT, SnapshotError, atomic_output, check_checksum, decode_json, resolve_weights,
+    sha256_file)
 
-FORMAT = "keras-caffe-snapshot"
+FORMAT = KERAS_FORMAT
 VERSION = 1
 _ACCUMULATION = ("iter_size_micro_step", "_iter_size_sum")
 
@@ -40,6 +51,13 @@ def class_name(obj):
 
 def fingerprint(model):
     return [[w.path, [int(d) for d in w.shape], str(w.dtype)] for w in model.weights]
+
+
+def within_model(path, model_name):
+    """A weight's path without the top-level model's name (Keras writes a
+    Sequential's into its weights' paths: ``sequential_1/conv1/kernel``)."""
+    prefix = f"{model_name}/"
+    return path[len(prefix):] if model_name is not None and path.startswith(prefix) else path
 
 
 def write(model, optimizer, weights_path, solverstate_path, iteration, state_json):
@@ -55,6 +73,7 @@ def write(model, optimizer, weights_path, solverstate_path, iteration, state_jso
             f.attrs.update({
                 "format": FORMAT, "version": VERSION, "iteration": int(iteration),
                 "optimizer_class": class_name(optimizer), "optimizer_name": optimizer.name,
+                "model_name": model.name,
                 "weights_file": os.path.basename(weights_path), "weights_sha256": checksum,
             })
             f.create_dataset("optimizer_config", data=config)
@@ -80,9 +99,11 @@ def load(path, f, model, optimizer, check_state=None):
     if stored_class != class_name(optimizer):
         raise SnapshotError(path, f"holds the state of a {stored_class} optimizer; the model's "
                             f"optimizer is a {class_name(optimizer)}")
-    _check_fingerprint(path, decode_json(path, _text(path, f, "model_fingerprint"),
-                                         "fingerprint"), fingerprint(model))
-    values = _match_variables(path, f, optimizer)
+    stored = _checked_fingerprint(
+        path, decode_json(path, _text(path, f, "model_fingerprint"), "fingerprint"))
+    stored_name = _stored_model_name(path, f, stored, model)
+    _check_fingerprint(path, stored, stored_name, model)
+    values = _match_variables(path, f, optimizer, _slot_renamer(model, stored_name))
     weights = resolve_weights(path, _attr(f, "weights_file"), caffe_style=False)
     check_checksum(path, weights, _attr(f, "weights_sha256"))
     state = decode_json(path, _text(path, f, "state"), "state") if "state" in f else {}
@@ -114,19 +135,77 @@ def _text(path, f, key):
     return hdf5_files.text(hdf5_files.dataset(f, key, fail), fail)
 
 
-def _check_fingerprint(path, stored, current):
-    for i, (old, new) in enumerate(zip(stored, current)):
-        if [old[0], list(old[1])] != [new[0], list(new[1])]:
-            raise SnapshotError(path, f"snapshot from another model: weight {i} is "
-                                f"{old[0]!r} {tuple(old[1])} in the snapshot, "
-                                f"{new[0]!r} {tuple(new[1])} in the model")
-    if len(stored) != len(current):
-        longer = stored if len(stored) > len(current) else current
-        extra = longer[min(len(stored), len(current))]
-        where = "snapshot" if longer is stored else "model"
-        raise SnapshotError(path, f"snapshot from another model: {len(stored)} weights in the "
-                            f"snapshot, {len(current)} in the model (first extra, in the "
-                            f"{where}: {extra[0]!r} {tuple(extra[1])})")
+def _checked_fingerprint(path, stored):
+    """``[(path, shape)]`` of the stored fingerprint (``[[path, shape, dtype],
+    ...]``), or ``SnapshotError`` for anything else (the file may be hostile)."""
+    def entry(item):
+        return isinstance(item, list) and len(item) >= 2 and isinstance(item[0], str) and \
+            isinstance(item[1], list) and all(isinstance(d, int) and not isinstance(d, bool)
+                                              for d in item[1])
+
+    if not isinstance(stored, list) or not all(entry(item) for item in stored):
+        raise SnapshotError(path, "corrupt fingerprint: not a list of [path, shape, dtype]")
+    return [(item[0], tuple(item[1])) for item in stored]
+
+
+def _stored_model_name(path, f, stored, model):
+    """The name of the model the snapshot was taken from, as its weights'
+    paths hold it: the ``model_name`` attribute, else (snapshots written
+    before it) the first component shared by all stored paths when the
+    model's own paths all start with its name; None when neither holds."""
+    name = _attr(f, "model_name")
+    if name is not None and not isinstance(name, str):
+        raise SnapshotError(path, f"corrupt solverstate: model_name is a "
+                            f"{type(name).__name__}, not a string")
+    if name is not None:
+        return name
+    paths = [p for p, _ in stored]
+    own = [w.path for w in model.weights]
+    if not paths or not own or not all(p.startswith(f"{model.name}/") for p in own):
+        return None
+    firsts = {p.split("/", 1)[0] for p in paths if "/" in p}
+    return firsts.pop() if len(firsts) == 1 and all("/" in p for p in paths) else None
+
+
+def _check_fingerprint(path, stored, stored_name, model):
+    """Refuse a snapshot of another model, naming the first weight whose
+    path (without the model's name) or shape differs, or the first extra
+    weight when the counts differ."""
+    old = [(within_model(p, stored_name), shape) for p, shape in stored]
+    new = [(within_model(w.path, model.name), tuple(int(d) for d in w.shape))
+           for w in model.weights]
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a != b:
+            what = [name for name, x, y in (("path", a[0], b[0]), ("shape", a[1], b[1]))
+                    if x != y]
+            raise SnapshotError(path, f"snapshot from another model: weight {i} is {a[0]!r} "
+                                f"{a[1]} in the snapshot, {b[0]!r} {b[1]} in the model (the "
+                                f"{' and the '.join(what)} differ{'' if len(what) > 1 else 's'})")
+    if len(old) != len(new):
+        longer = old if len(old) > len(new) else new
+        extra = longer[min(len(old), len(new))]
+        where = "snapshot" if longer is old else "model"
+        raise SnapshotError(path, f"snapshot from another model: {len(old)} weights in the "
+                            f"snapshot, {len(new)} in the model (first extra, in the "
+                            f"{where}: {extra[0]!r} {extra[1]})")
+
+
+def _slot_renamer(model, stored_name):
+    """A function taking an optimizer variable's name after its optimizer's
+    (``sequential_conv1_kernel_momentum``) to the snapshot's
+    (``sequential_1_conv1_kernel_momentum``): Keras names a slot after its
+    weight's path, model name included. Identity when the names agree."""
+    if stored_name is None or stored_name == model.name:
+        return lambda name: name
+    owners = sorted({w.path.replace("/", "_") for w in model.weights
+                     if w.path.startswith(f"{model.name}/")}, key=len, reverse=True)
+
+    def rename(name):
+        if any(name.startswith(f"{owner}_") for owner in owners):
+            return stored_name + name[len(model.name):]
+        return name
+
+    return rename
 
 
 def _check_weights_file(path):
@@ -166,11 +245,13 @@ def _stored_variables(path, f):
     return found
 
 
-def _match_variables(path, f, optimizer):
+def _match_variables(path, f, optimizer, rename):
     """``[(optimizer variable, stored value)]``; refuses a missing variable or
-    a shape/dtype change. An ``iter_size`` accumulator missing from the file
-    (saved with iter_size 1) starts at zero; one in the file that the
-    optimizer lacks must be zero (no micro-batch gradient pending)."""
+    a shape/dtype change. ``rename`` takes a variable's name (after the
+    optimizer's) to the snapshot's model name (``_slot_renamer``). An
+    ``iter_size`` accumulator missing from the file (saved with iter_size 1)
+    starts at zero; one in the file that the optimizer lacks must be zero (no
+    micro-batch gradient pending)."""
     def fail(message):
         return SnapshotError(path, message)
 
@@ -181,8 +262,8 @@ def _match_variables(path, f, optimizer):
     pairs, used = [], set()
     for variable in optimizer.variables:
         key = variable.path
-        if old_name and old_name != new_name and key.startswith(new_name + "/"):
-            key = old_name + key[len(new_name):]
+        if key.startswith(new_name + "/"):
+            key = (old_name or new_name) + "/" + rename(key[len(new_name) + 1:])
         if key not in stored:
             if any(key.endswith(tag) for tag in _ACCUMULATION):
                 continue

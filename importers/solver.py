@@ -1,7 +1,9 @@
 """Reading Caffe solver files (``solver.prototxt``)."""
 
-from keras_caffe.errors import SolverError
-from keras_caffe.importers.protofile import read_message
+from keras_caffe.errors import ProtoParseError, SolverError
+from keras_caffe.importers.file_kind import not_a_solver
+from keras_caffe.importers.protofile import read_message, text_of
+from keras_caffe.importers.tolerant import unknown_field
 from keras_caffe.proto import caffe_pb2
 
 # The legacy ``solver_type`` enum, by value, as the ``type`` strings Caffe's
@@ -15,9 +17,19 @@ def read_solver(solver):
     ``solver`` is a path (str or os.PathLike), prototxt text, or a
     ``SolverParameter`` already parsed (see ``protofile.read_message`` for how a
     string is told apart). The legacy
-    ``solver_type`` enum is upgraded to ``type`` as Caffe does.
+    ``solver_type`` enum is upgraded to ``type`` as Caffe does. A net file
+    (fields no solver has) is refused saying so (``file_kind.not_a_solver``).
     """
-    param, source = read_message(solver, caffe_pb2.SolverParameter, "<solver text>")
+    try:
+        param, source = read_message(solver, caffe_pb2.SolverParameter, "<solver text>")
+    except ProtoParseError as err:
+        if unknown_field(err) is None:
+            raise
+        text, source = text_of(solver, caffe_pb2.SolverParameter, "<solver text>")
+        wrong_kind = not_a_solver(text)
+        if wrong_kind:
+            raise ProtoParseError(source, wrong_kind) from None
+        raise
     return _upgrade(param, source), source
 
 

@@ -6,7 +6,10 @@ import numpy as np
 
 from keras_caffe.errors import ProtoParseError, WeightsError
 from keras_caffe.importers import hdf5_files
-from keras_caffe.importers.protofile import read_binary, truncation
+from keras_caffe.importers.file_kind import (
+    SOLVERSTATE_NOT_WEIGHTS, hdf5_kind, is_solverstate, solverstate_not_weights)
+from keras_caffe.importers.message_count import excess_messages
+from keras_caffe.importers.protofile import parse_binary, truncation
 from keras_caffe.importers.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
 
@@ -118,25 +121,16 @@ def load_weights(path):
     """``{layer name: [blobs as float32 arrays]}`` from a weights file.
 
     Binary (``.caffemodel``, V1 or current) or HDF5 (``/data/<layer>/<i>``),
-    told apart by content, not by name.
+    told apart by content, not by name. A binary file holding more messages
+    than its size allows is refused before it is parsed
+    (``message_count``); a solverstate is refused saying what it is.
     """
     path = os.fspath(path)
     with open(path, "rb") as f:
-        head = f.read(8)
+        head = f.read(len(_HDF5_SIGNATURE))
     if head == _HDF5_SIGNATURE:
         return _load_hdf5(path)
-    try:
-        net = read_binary(path, caffe_pb2.NetParameter)
-        layers = _c3d_v1_layers(net)
-        if layers is None:
-            net = upgrade_net(net, path)
-            layers = [(layer.name, layer.blobs) for layer in net.layer]
-    except ProtoParseError as err:
-        # A fork's file whose other fields clash with BVLC's numbering: its
-        # names and blobs are still where every Caffe puts them.
-        layers = _weights_only(path)
-        if layers is None:
-            raise WeightsError(f"{path}: {_unreadable(path, err)}") from None
+    layers = _binary_layers(path)
     weights = {}
     for name, blobs in layers:
         if blobs:
@@ -147,11 +141,41 @@ def load_weights(path):
     return weights
 
 
-def _unreadable(path, err):
+def _binary_layers(path):
+    """``[(layer name, blobs)]`` of a binary weights file (its bytes are
+    freed on return, before the blobs are converted)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    _check_binary(path, data, caffe_pb2.NetParameter)
+    if is_solverstate(data):
+        raise WeightsError(f"{path}: {solverstate_not_weights(data, path)}")
+    try:
+        net = parse_binary(data, caffe_pb2.NetParameter, path)
+        layers = _c3d_v1_layers(net)
+        if layers is None:
+            net = upgrade_net(net, path)
+            layers = [(layer.name, layer.blobs) for layer in net.layer]
+    except ProtoParseError as err:
+        # A fork's file whose other fields clash with BVLC's numbering: its
+        # names and blobs are still where every Caffe puts them.
+        layers = _weights_only(path, data)
+        if layers is None:
+            raise WeightsError(f"{path}: {_unreadable(data, err)}") from None
+    return layers
+
+
+def _check_binary(path, data, message):
+    """Refuse ``data`` holding more messages than its size allows, before
+    the parse builds them."""
+    refusal = excess_messages(data, message)
+    if refusal:
+        raise WeightsError(f"{path}: {refusal}")
+
+
+def _unreadable(data, err):
     """Why a binary weights file did not parse: where it is cut short when
     that can be told (``protofile.truncation``), else the parser's error."""
-    with open(path, "rb") as f:
-        detail = truncation(f.read(), caffe_pb2.NetParameter)
+    detail = truncation(data, caffe_pb2.NetParameter)
     return detail or f"not a Caffe weights file ({err})"
 
 
@@ -166,11 +190,12 @@ def _c3d_v1_layers(net):
     return [(v1.name, v1.blobs) for v1 in net.layers]
 
 
-def _weights_only(path):
+def _weights_only(path, data):
     """``[(layer name, blobs)]`` read with the weights-only schema (current,
     V1 and V0 layers), or None when that fails too."""
+    _check_binary(path, data, caffe_pb2.WeightsOnlyNet)
     try:
-        net = read_binary(path, caffe_pb2.WeightsOnlyNet)
+        net = parse_binary(data, caffe_pb2.WeightsOnlyNet, path)
     except ProtoParseError:
         return None
     if net.layer:
@@ -193,6 +218,8 @@ def _load_hdf5(path):
     with hdf5_files.open_file(path, fail) as f:
         if "data" not in f or not isinstance(f.get("data", getlink=True), h5py.HardLink) \
                 or not isinstance(f["data"], h5py.Group):
+            if hdf5_kind(f) == "solverstate":
+                raise WeightsError(f"{path}: {SOLVERSTATE_NOT_WEIGHTS}")
             raise WeightsError(f"{path}: HDF5 file without Caffe's /data group")
         for name, group in hdf5_files.walk(f["data"], fail):
             datasets = hdf5_files.indexed(group, fail)

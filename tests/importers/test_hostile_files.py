@@ -9,7 +9,9 @@ solverstate and our Keras-format one) and ``Solver.restore``.
 """
 
 import json
+import re
 import shutil
+from collections.abc import Sequence
 
 import h5py
 import numpy as np
@@ -20,6 +22,15 @@ from keras_caffe.errors import KerasCaffeError, LayerError, WeightsError
 from keras_caffe.importers.snapshot import SnapshotError, load_snapshot, save_snapshot
 from keras_caffe.importers.weights import load_weights
 from support import GOLDEN
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 NET = """
 name: "tiny"
@@ -429,3 +440,174 @@ def test_hdf5_data_corrupt_file(tmp_path):
     with pytest.raises(LayerError, match=r"layer 'h5': cannot read HDF5 file '.*rows.h5': "
                                          r"truncated or corrupt HDF5 file \("):
         keras_caffe.importers.net_pipeline(net, phase="TRAIN")
+
+
+# -- binary protobuf files: no more messages than their size allows (issue 33) --------------
+#
+# An empty ``layer { }`` is 3 bytes on disk and about 1.4 KB once parsed, so a
+# few megabytes of them exhausted any memory limit (3,000,000 in 9 MB ended in
+# MemoryError under a 4 GiB limit). ``message_count`` counts a file's messages
+# on its wire bytes first and refuses more than 100,000 plus one per KiB.
+
+LAYER = b"\xa2\x06"  # NetParameter.layer (100), length-delimited
+V1_LAYERS = b"\x12"  # NetParameter.layers (2)
+HISTORY = b"\x1a"  # SolverState.history (3)
+BLOBS = b"\x3a"  # LayerParameter.blobs (7)
+
+LIMIT_TEXT = ("the most a {size:,}-byte file may hold (100,000 and one per 1024 bytes): "
+              "refused before parsing, as each parsed message takes up to 1.4 KB of memory")
+
+#: Run in a forked child: the address space may grow by 1 GiB at most
+#: (parsing 3,000,000 empty layers needs about 4 GiB: MemoryError before).
+BOUNDED_LOAD = """
+import resource, sys
+from keras_caffe.errors import WeightsError
+from keras_caffe.importers.weights import load_weights
+with open("/proc/self/status") as f:
+    size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), resource.RLIM_INFINITY))
+try:
+    load_weights(sys.argv[1])
+except WeightsError as err:
+    print(err)
+"""
+
+
+def test_three_million_empty_layers_are_refused_before_parsing(tmp_path):
+    """The issue's file (9 MB, 3,000,000 empty layers) is refused after
+    counting 108,790 of them, in a process whose address space may grow by
+    only 1 GiB: the parse that needed about 4 GiB never runs."""
+    from forked import run
+
+    path = tmp_path / "empty_layers.caffemodel"
+    path.write_bytes((LAYER + b"\0") * 3_000_000)
+    proc = run(["-c", BOUNDED_LOAD, str(path)], timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == (
+        f"{path}: holds more than 108,789 protobuf messages (108,790 in its first 326,370 "
+        f"bytes, 108,790 of them `layer` entries), {LIMIT_TEXT.format(size=9_000_000)}\n")
+
+
+def test_messages_nested_in_one_layer_are_counted_too(tmp_path):
+    """One layer holding 200,000 empty blobs: the count enters messages."""
+    blobs = (BLOBS + b"\0") * 200_000
+    path = tmp_path / "one_layer.caffemodel"
+    path.write_bytes(LAYER + _varint(len(blobs)) + blobs)
+    size = path.stat().st_size
+    assert size == 400_005
+    with pytest.raises(WeightsError) as info:
+        load_weights(path)
+    assert str(info.value) == (
+        f"{path}: holds more than 100,390 protobuf messages (100,391 in its first 200,785 "
+        f"bytes, 100,390 of them `layer.blobs` entries), {LIMIT_TEXT.format(size=size)}")
+
+
+def test_read_binary_refuses_v1_layers_the_same_way(tmp_path):
+    """``read_binary`` (caffemodels, binaryproto means, video means) checks
+    any message it parses; here V1 ``layers`` entries."""
+    from keras_caffe.errors import ProtoParseError
+    from keras_caffe.importers import read_binary
+    from keras_caffe.proto import caffe_pb2
+
+    path = tmp_path / "v1.caffemodel"
+    path.write_bytes((V1_LAYERS + b"\0") * 1_000_000)
+    with pytest.raises(ProtoParseError) as info:
+        read_binary(path, caffe_pb2.NetParameter)
+    assert str(info.value) == (
+        f"{path}: holds more than 101,953 protobuf messages (101,954 in its first 203,908 "
+        f"bytes, 101,954 of them `layers` entries), {LIMIT_TEXT.format(size=2_000_000)}")
+
+
+def test_solverstate_with_a_million_history_blobs_is_refused(snapshot):
+    model, optimizer, path = snapshot("caffe")
+    with open(path, "wb") as f:
+        f.write(b"\x08\x01" + (HISTORY + b"\0") * 1_000_000)  # iter: 1, then the blobs
+    restore_refused(model, optimizer, path, re.escape(
+        f"{path}: holds more than 101,953 protobuf messages (101,954 in its first 203,910 "
+        f"bytes, 101,954 of them `history` entries), {LIMIT_TEXT.format(size=2_000_002)}"))
+
+
+def test_unknown_fields_and_groups_do_not_hide_what_follows(tmp_path):
+    """Fields the schema lacks (kept as raw bytes by the parser), a group
+    (wire types 3/4, which caffe.proto never uses) and packed numbers are
+    stepped over; the layers after them are still counted."""
+    from keras_caffe.importers.message_count import count_messages
+    from keras_caffe.proto import caffe_pb2
+
+    group = _varint(9999 << 3 | 3) + b"\x08\x05" + _varint(7 << 3 | 2) + b"\x01x" + \
+        _varint(9999 << 3 | 4)
+    unknown = _varint(5000 << 3 | 2) + b"\x03abc"
+    packed = _varint(4 << 3 | 2) + b"\x02\x01\x02"  # input_dim, packed
+    head = group + unknown + packed
+    net = caffe_pb2.NetParameter.FromString(head + (LAYER + b"\0") * 3)
+    assert (len(net.input_dim), len(net.layer)) == (2, 3)  # the parser reads it so too
+    assert count_messages(head + (LAYER + b"\0") * 3, caffe_pb2.NetParameter, 10).messages == 3
+    path = tmp_path / "hidden.caffemodel"
+    path.write_bytes(head + (LAYER + b"\0") * 200_000)
+    assert len(head) == 22
+    with pytest.raises(WeightsError) as info:
+        load_weights(path)
+    assert str(info.value) == (
+        f"{path}: holds more than 100,585 protobuf messages (100,586 in its first 301,780 "
+        f"bytes, 100,586 of them `layer` entries), {LIMIT_TEXT.format(size=600_022)}")
+
+
+def _parsed_count(proto):
+    """Messages in a parsed protobuf, every depth (the top one not counted)."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    total = 0
+    for field, value in proto.ListFields():
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            values = value if isinstance(value, Sequence) else [value]
+            total += sum(1 + _parsed_count(v) for v in values)
+    return total
+
+
+def _golden_binaries():
+    from keras_caffe.proto import caffe_pb2
+
+    kinds = {".caffemodel": caffe_pb2.NetParameter, ".solverstate": caffe_pb2.SolverState,
+             ".binaryproto": caffe_pb2.BlobProto}
+    return sorted((p, kinds[p.suffix]) for p in GOLDEN.rglob("*") if p.suffix in kinds)
+
+
+def test_golden_files_count_as_the_parser_reads_them_far_below_the_limit():
+    """Every binary file of tests/golden: the wire count equals the messages
+    the parser builds, at least 100 times below the limit, and it loads."""
+    from keras_caffe.importers import read_binary
+    from keras_caffe.importers.message_count import count_messages, message_limit
+
+    files = _golden_binaries()
+    assert len(files) >= 40
+    for path, message in files:
+        data = path.read_bytes()
+        count = count_messages(data, message, message_limit(len(data)))
+        assert count.messages == _parsed_count(read_binary(path, message)), path
+        assert count.position == len(data) and count.messages * 100 < message_limit(len(data))
+        if message.DESCRIPTOR.name == "NetParameter":
+            assert load_weights(path)
+
+
+@pytest.mark.parametrize("name, messages", [("bvlc_googlenet", 693), ("mobilenet_v1", 772),
+                                            ("squeezenet_v1.1", 212)])
+def test_large_golden_caffemodels_hold_a_few_hundred_messages(name, messages):
+    from keras_caffe.importers.message_count import count_messages
+    from keras_caffe.proto import caffe_pb2
+    from support import golden_net
+
+    path = golden_net(name) / "weights.caffemodel"
+    data = path.read_bytes()
+    assert count_messages(data, caffe_pb2.NetParameter, 10 ** 9).messages == messages
+    assert load_weights(path)
+
+
+def test_a_packed_field_cut_short_is_named(tmp_path):
+    """A top-level packed ``input_dim`` running past the end: named where it is
+    cut (protobuf 5+ has no ``FieldDescriptor.label``: AttributeError before)."""
+    path = tmp_path / "packed.caffemodel"
+    path.write_bytes(_varint(4 << 3 | 2) + b"\x05\x01\x02")
+    with pytest.raises(WeightsError) as info:
+        load_weights(path)
+    assert str(info.value) == (f"{path}: truncated at byte 4 of at least 7 (its field "
+                               "`input_dim` at byte 0 runs to byte 7)")
