@@ -536,6 +536,7 @@ def test_cli_train_under_horovodrun_without_horovod_says_how_to_install(tmp_path
     blocker = tmp_path / "blocked" / "horovod"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text('raise ImportError("horovod blocked by the test")\n')
+    (tmp_path / "solver.prototxt").write_text('net: "net.prototxt" base_lr: 0.1\n')  # found
     result = python(["-m", "keras_caffe.cli", "train", "--solver", tmp_path / "solver.prototxt"],
                     cwd=tmp_path, env={"PYTHONPATH": blocker.parent, "HOROVOD_RANK": 0,
                                        "HOROVOD_SIZE": 2})
