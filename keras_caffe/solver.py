@@ -236,7 +236,12 @@ class Solver:
 
     def close(self):
         """Release the data streams (tf.data iterators and their database
-        handles). The Solver cannot train after this."""
+        handles). The Solver cannot train after this.
+
+        Freeing an iterator can block for up to a minute: TensorFlow's
+        autotuning thread can miss the wake-up that ends its sleep (see
+        ``keras_caffe.cli.quick_exit``). ``keras-caffe train`` therefore ends
+        its process after training without calling this."""
         self._train_streams = []
         self._test_streams = []
 
@@ -328,7 +333,7 @@ class Solver:
         """
         effects = SignalEffects(sigint_effect, sighup_effect)
         self.stopped_early = None
-        self._report = ProgressLog(self.param.max_iter) if self._progress else None
+        self._report = self._new_report() if self._progress else None
         with effects:
             self._signals = effects
             try:
@@ -408,8 +413,13 @@ class Solver:
     def _progress_log(self):
         """The ``ProgressLog`` in progress mode (on rank 0), else None."""
         if self._progress and self._report is None:
-            self._report = ProgressLog(self.param.max_iter)
+            self._report = self._new_report()
         return self._report if self._progress else None
+
+    def _new_report(self):
+        """A ``ProgressLog``: off a terminal, a line per ``display`` iterations
+        (per ``MAX_CHUNK`` without display), as Caffe's log has one."""
+        return ProgressLog(self.param.max_iter, every=self.param.display or MAX_CHUNK)
 
     def _act_on_signals(self, scheduled=False):
         """Caffe's ``GetRequestedAction`` after an iteration or a test: write

@@ -1,10 +1,11 @@
 """``keras-caffe train``'s output and options through the installed CLI:
-the progress mode's test, snapshot and summary lines (the same numbers as
-Caffe's log lines of the same run), ``--max-iter``, the snapshot log line of
-each format, and what ``--weights`` copied (Caffe's
-``Net::CopyTrainedLayersFrom`` lines). The command runs in this process
-(``train_runs.train_in_process``, what ``python -m keras_caffe train``
-prints); signals, which need a process, are tests/test_signals.py's."""
+the progress mode's lines, plain off a terminal (the bar's, with the losses
+of Caffe's log lines of the same run, and the test, snapshot and summary
+lines), ``--max-iter``, the snapshot log line of each format, and what
+``--weights`` copied (Caffe's ``Net::CopyTrainedLayersFrom`` lines). The
+command runs in this process (``train_runs.train_in_process``, what ``python
+-m keras_caffe train`` prints); signals, which need a process, are
+tests/test_signals.py's."""
 
 import re
 
@@ -12,7 +13,7 @@ import pytest
 
 import keras_caffe
 from keras_caffe.errors import ArgumentError
-from train_runs import golden_folder, messages, plain_lines, snapshots
+from train_runs import golden_folder, messages, snapshots
 from train_runs import train_in_process as train
 
 TEST_DATA = """layer {
@@ -70,7 +71,9 @@ def test_progress_mode_shows_tests_snapshots_and_a_summary(tested):
 
     proc = train("--solver", "solver.prototxt", "--max-iter", 8, cwd=tested)
     assert "Test net output" not in proc.stderr  # no Caffe lines in this mode
-    lines = [line for line in plain_lines(proc.stdout) if not re.match(r"\s*\d+/8 ", line)]
+    assert not re.search(r"[\x1b\r\b]", proc.stdout)  # not a terminal: plain lines
+    bar = [line for line in proc.stdout.splitlines() if re.match(r"Iteration \d+/8: ", line)]
+    lines = [line for line in proc.stdout.splitlines() if line not in bar]
     snap = "snap/run_iter_{0}.caffemodel, snap/run_iter_{0}.solverstate".format
     head = re.fullmatch(r"Optimization Done: 8 iterations in [\d.]+s, train loss = (.*)",
                         lines[-3])
@@ -84,6 +87,17 @@ def test_progress_mode_shows_tests_snapshots_and_a_summary(tested):
     ]
     assert lines[-2:] == [f"  Test net #0 (iteration 8): {expected[8]}",
                           f"  Last snapshot (iteration 8): {snap(8)}"]
+    # The bar's lines: one at the first update, then where a multiple of display
+    # (2) was passed, and at the end; the smoothed loss after n iterations is
+    # Caffe's display of iteration n - 1. No ETA from the first step alone.
+    loss = dict(re.findall(r"\] Iteration (\d+) \([^)]*\), loss = ([\d.e+-]+)\n", caffe))
+    timing = r" \(\d+[mu]?s/iter, ETA \d+s\)"
+    assert bar[0] == f"Iteration 1/8: loss = {loss['0']}, lr = 0.1"
+    assert re.fullmatch(rf"Iteration 3/8: loss = {re.escape(loss['2'])}, lr = 0\.1{timing}", bar[1])
+    assert re.fullmatch(rf"Iteration 4/8: loss = [\d.e+-]+, lr = 0\.1{timing}", bar[2])
+    assert re.fullmatch(rf"Iteration 7/8: loss = {re.escape(loss['6'])}, lr = 0\.1{timing}", bar[3])
+    assert re.fullmatch(r"Iteration 8/8: loss = [\d.e+-]+, lr = 0\.1 \(\d+[mu]?s/iter\)", bar[4])
+    assert len(bar) == 5
     accuracy = float(re.search(r"accuracy = ([\d.]+)", expected[8]).group(1))
     assert 0.0 <= accuracy <= 1.0 and snapshots(tested) == [4, 8]
 

@@ -9,7 +9,7 @@ is recorded (``CancellationManager::StartCancel`` runs the callbacks first),
 so the wait can be the rest of that period: ``keras-caffe train`` stayed
 17-23 s after "Optimization stopped early", with the GIL held, so a second
 Ctrl-C was not even seen. Python's own finalization (a full collection,
-TensorFlow's destructors) adds seconds more.
+TensorFlow's destructors) added 1-3 s more on a 2-core machine.
 
 ``exit_now(status)`` ends the command line's process at once when its work
 and output are complete: it joins the other (non-daemon) Python threads and
