@@ -33,3 +33,27 @@ def test_other_programs_are_left_alone():
     assert not command_line_process(module("pytest.__main__"))
     assert not command_line_process()  # this test process
     assert exit_now(0) is None  # and it is still running
+
+
+def test_a_harness_keeps_its_process_with_the_variable_at_0():
+    """``KERAS_CAFFE_QUICK_EXIT=0``: a command-line ``__main__`` is not ended
+    (the tests' horovodrun launches run several commands in one process);
+    without it the same process ends with the status at once."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import importlib.machinery, sys, types\n"
+            "main = types.ModuleType('__main__')\n"
+            "main.__spec__ = importlib.machinery.ModuleSpec('keras_caffe.cli.__main__', None)\n"
+            "sys.modules['__main__'] = main\n"
+            "from keras_caffe.cli.quick_exit import exit_now\n"
+            "exit_now(3)\n"
+            "print('still running')\n")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_CAFFE_QUICK_EXIT"}
+    kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**env, "KERAS_CAFFE_QUICK_EXIT": "0"}, cwd="/")
+    assert (kept.returncode, kept.stdout) == (0, "still running\n"), kept.stderr
+    ended = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, cwd="/")
+    assert (ended.returncode, ended.stdout) == (3, ""), ended.stderr

@@ -131,8 +131,7 @@ def test_gpu_that_does_not_exist_is_a_clean_error(lenet):
 
 def test_device_that_does_not_exist_is_a_clean_error(lenet):
     got = error_of(train(lenet / "cpu9", lenet / "solver32.prototxt", "--devices", "CPU:0,CPU:9"))
-    assert got == ["keras-caffe: error: Solver: `devices` CPU:9: no such device; devices "
-                   "found: CPU:0"]
+    assert got == ["keras-caffe: error: --devices CPU:9: no such device; devices found: CPU:0"]
 
 
 def test_gpu_with_horovod_is_refused(lenet):

@@ -22,7 +22,9 @@ written to a temporary file and renamed before training returns).
 In any other process -- a program that calls ``keras_caffe.cli.main``, the
 tests' in-process runs -- it returns and does nothing: only a process whose
 ``__main__`` is the ``keras-caffe`` script or ``python -m keras_caffe[.cli]``
-is ended.
+is ended, and not with ``KERAS_CAFFE_QUICK_EXIT=0`` (a harness that runs
+several commands as ``__main__`` in one process, as the tests' horovodrun
+launches do).
 """
 
 import atexit
@@ -30,6 +32,8 @@ import os
 import sys
 import threading
 
+#: Set to 0, ``exit_now`` returns: the process goes on (several commands run in it).
+ENABLED = "KERAS_CAFFE_QUICK_EXIT"
 #: ``python -m`` names of the command line.
 ENTRY_MODULES = ("keras_caffe.__main__", "keras_caffe.cli.__main__")
 #: File names of the ``keras-caffe`` script (pip's, setuptools' on Windows).
@@ -50,7 +54,7 @@ def command_line_process(main=None):
 def exit_now(status):
     """End the command line's process with ``status`` now (see the module
     docstring); in any other process, return."""
-    if not command_line_process():
+    if not command_line_process() or os.environ.get(ENABLED, "").strip() == "0":
         return
     current = threading.current_thread()
     for thread in threading.enumerate():  # what the interpreter's exit waits for

@@ -358,6 +358,7 @@ def _run_case(case):
             raise RuntimeError(f"case {case['name']}: plain, but Horovod is already imported")
         for key in [key for key in os.environ if key.startswith("HOROVOD_")]:
             del os.environ[key]
+    os.environ["KERAS_CAFFE_QUICK_EXIT"] = "0"  # the process runs the next case too
     os.environ.update(case["env"])
     if case["cwd"]:
         os.chdir(case["cwd"])
