@@ -45,8 +45,8 @@ def main():
     import tensorflow as tf
 
     import keras_caffe
-    from keras_caffe import lms_exec
-    from keras_caffe.importers.api import caffe_layers
+    from keras_caffe.lms import execution as lms_exec
+    from keras_caffe.importers.net.importing import caffe_layers
 
     case = Path(args.golden) / "solvers" / "sgd"
     ours = lms_exec._recomputing

@@ -55,7 +55,7 @@ def child(threshold, batch, steps):
     import tensorflow as tf
 
     import keras_caffe
-    from keras_caffe.lms import LMS
+    from keras_caffe.lms.policy import LMS
 
     keras.utils.set_random_seed(0)
     model = build(batch)

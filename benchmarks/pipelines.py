@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_caffe.importers import parse_text  # noqa: E402
-from keras_caffe.importers.pipelines import layer_pipeline  # noqa: E402
+from keras_caffe.importers.data.pipelines import layer_pipeline  # noqa: E402
 from keras_caffe.proto import caffe_pb2  # noqa: E402
 
 GOLDEN = os.environ.get("KERAS_CAFFE_GOLDEN", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "golden"))

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from keras_caffe._checks import check_int
-from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
+from keras_caffe.training.caffe_log import CaffeLog, SmoothedLoss
 
 
 class BatchLosses:

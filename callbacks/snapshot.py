@@ -7,8 +7,8 @@ import keras
 
 from keras_caffe._checks import check_int
 from keras_caffe.errors import ArgumentError
-from keras_caffe.random_state import random_states, restore_random_states
-from keras_caffe.importers.snapshot import (FORMATS, SnapshotError, load_snapshot,
+from keras_caffe.training.random_state import random_states, restore_random_states
+from keras_caffe.importers.snapshots.files import (FORMATS, SnapshotError, load_snapshot,
                                             save_snapshot)
 
 
@@ -19,7 +19,7 @@ class CaffeSnapshot(keras.callbacks.Callback):
     not batches (with ``iter_size`` k, k batches make one iteration). After
     each batch, when the iteration has reached a positive multiple of
     ``every_n_iter`` that has not been written yet, the model and optimizer
-    are saved with ``keras_caffe.importers.snapshot.save_snapshot`` as
+    are saved with ``keras_caffe.importers.snapshots.files.save_snapshot`` as
     ``<prefix>_iter_<iteration>.*`` (with ``steps_per_execution`` > 1 the
     iteration may have passed the multiple; the files carry the iteration
     actually reached).

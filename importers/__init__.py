@@ -17,23 +17,23 @@
   formats (.caffemodel + .solverstate, binary or HDF5) and ours.
 """
 
-from keras_caffe.importers.api import ImportedNet, caffe_layers, import_model, import_net, load_into
-from keras_caffe.importers.export import export_caffemodel, param_multipliers
+from keras_caffe.importers.net.importing import ImportedNet, caffe_layers, import_model, import_net, load_into
+from keras_caffe.importers.net.export import export_caffemodel, param_multipliers
 from keras_caffe.importers.layer_types.pooling import pooling_rule
-from keras_caffe.importers.netfile import filter_net, net_state, read_net
-from keras_caffe.importers.pipeline_core import DataPipeline
-from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline, pipeline_errors
-from keras_caffe.importers.protofile import parse_text, read_binary, read_text
-from keras_caffe.importers.registry import (
+from keras_caffe.importers.formats.netfile import filter_net, net_state, read_net
+from keras_caffe.importers.data.pipeline_core import DataPipeline
+from keras_caffe.importers.data.pipelines import layer_pipeline, net_pipeline, pipeline_errors
+from keras_caffe.importers.formats.protofile import parse_text, read_binary, read_text
+from keras_caffe.importers.net.registry import (
     converter,
     registered_types,
     unregister_converter,
 )
-from keras_caffe.importers.snapshot import SnapshotError, load_snapshot, save_snapshot
-from keras_caffe.importers.solver import read_solver
-from keras_caffe.importers.summary import LayerSummary, layer_summary
-from keras_caffe.importers.training import training_args
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.snapshots.files import SnapshotError, load_snapshot, save_snapshot
+from keras_caffe.importers.formats.solver_file import read_solver
+from keras_caffe.importers.net.summary import LayerSummary, layer_summary
+from keras_caffe.importers.net.compile_args import training_args
+from keras_caffe.importers.net.weights import load_weights
 
 __all__ = [
     "import_model", "export_caffemodel", "param_multipliers", "caffe_layers", "load_into", "load_weights", "read_net", "filter_net",

@@ -60,7 +60,7 @@ _LAZY = {
     "callbacks": "keras_caffe.callbacks",
     "distributed": "keras_caffe.distributed",
     "importers": "keras_caffe.importers",
-    "UnknownLayerTypeError": "keras_caffe.importers.analyze.core",
+    "UnknownLayerTypeError": "keras_caffe.analysis.core",
 }
 #: The names ``keras_caffe._api`` defines (its ``__all__``).
 _API = (set(__all__) | {"initializers", "losses"}) - set(_LAZY)

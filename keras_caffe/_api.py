@@ -35,12 +35,12 @@ from keras_caffe.optimizers import (
 )
 from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
 from keras_caffe.importers.layer_types.base import DuplicateConverterError
-from keras_caffe.importers.snapshot_io import SnapshotError
+from keras_caffe.importers.snapshots.file_io import SnapshotError
 from keras_caffe.distributed._hvd import HorovodUnavailableError
-from keras_caffe.lms import LMS
-from keras_caffe.lms_graph import LayerLimitError
+from keras_caffe.lms.policy import LMS
+from keras_caffe.lms.plan import LayerLimitError
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
-from keras_caffe.solver import Solver, get_solver
+from keras_caffe.training.solver import Solver, get_solver
 
 __all__ = [
     "initializers", "layers", "losses", "schedules",

@@ -48,7 +48,7 @@ def cpu_only():
     TensorFlow does slowly on both CPU families is done otherwise (the
     large InnerProduct's input gradient,
     ``keras_caffe.layers.dense.large_kernel_matmul``; the optimizer update
-    as one XLA program, ``keras_caffe.net_step``)."""
+    as one XLA program, ``keras_caffe.training.step``)."""
     if tuning_off():
         return False
     import tensorflow as tf
@@ -93,7 +93,7 @@ def pool_cpu_memory(lms=False, start=False):
     Left alone: a value the user set (either way), oneDNN's kernels (pooled
     already), ``KERAS_CAFFE_CPU_TUNING=0``, and ``lms``: Large Model
     Support on the CPU plans for freed activations to go back to the system
-    (``keras_caffe.lms_exec.return_freed_blocks``), which a pool does not do
+    (``keras_caffe.lms.execution.return_freed_blocks``), which a pool does not do
     (under a memory ceiling the pool's fragmentation failed
     tests/test_lms_ceiling.py's step). Without effect once the process has
     run a TensorFlow op."""

@@ -302,7 +302,7 @@ def from_solver(solver) -> CaffeSchedule:
     a field the policy needs is not set, and ``ArgumentError`` when a field
     has a bad value.
     """
-    from keras_caffe.importers.solver import read_solver
+    from keras_caffe.importers.formats.solver_file import read_solver
 
     param, source = read_solver(solver)
     return schedule_from_param(param, source)

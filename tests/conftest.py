@@ -9,7 +9,7 @@ from pathlib import Path
 
 import keras
 import pytest
-from keras_caffe.importers.atomic import atomic_output
+from keras_caffe.importers.formats.atomic import atomic_output
 
 from support import GOLDEN
 from tiers import COMPAT, NOT_QUICK

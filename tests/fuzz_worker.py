@@ -98,7 +98,7 @@ def mutate_text(text, rng):
 
 def target_prototxt(rng, work):
     import keras_caffe
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.analysis import analyze
 
     name = rng.choice(["lenet", "cifar10_quick", "squeezenet_v1.1", "mobilenet_v1"])
     text = mutate_text((GOLDEN / "forward" / name / "deploy_used.prototxt").read_text(), rng)
@@ -107,7 +107,7 @@ def target_prototxt(rng, work):
 
 
 def target_caffemodel(rng, work):
-    from keras_caffe.importers.weights import load_weights
+    from keras_caffe.importers.net.weights import load_weights
 
     path = work / "w.caffemodel"
     path.write_bytes(mutate_bytes((GOLDEN / "forward" / "lenet" / "weights.caffemodel")
@@ -118,7 +118,7 @@ def target_caffemodel(rng, work):
 def _lenet_h5(work):
     import h5py
 
-    from keras_caffe.importers.weights import load_weights
+    from keras_caffe.importers.net.weights import load_weights
 
     path = work / "clean.caffemodel.h5"
     if not path.exists():
@@ -133,7 +133,7 @@ def _lenet_h5(work):
 
 
 def target_caffemodel_h5(rng, work):
-    from keras_caffe.importers.weights import load_weights
+    from keras_caffe.importers.net.weights import load_weights
 
     path = work / "w.caffemodel.h5"
     path.write_bytes(mutate_bytes(_lenet_h5(work), rng))
@@ -175,7 +175,7 @@ def _snapshot_model():
 
 def _snapshot_target(fmt):
     def run(rng, work):
-        from keras_caffe.importers.snapshot import load_snapshot, save_snapshot
+        from keras_caffe.importers.snapshots.files import load_snapshot, save_snapshot
 
         folder = work / f"snap_{fmt}"
         if fmt not in _SNAPSHOTS:

@@ -120,7 +120,7 @@ def ceiling_child(mode):
         resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
         print(f"RLIMIT_DATA {limit} activations {activations}", flush=True)
     if mode.endswith("lms"):
-        from keras_caffe.lms import LMS
+        from keras_caffe.lms.policy import LMS
 
         # under the ceiling, frac 0.5 must see it and switch LMS on; without one, always on.
         # Under Eigen, convolutions recompute over parts of the batch (no change elsewhere)

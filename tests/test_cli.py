@@ -47,7 +47,7 @@ def test_summary_only_inspects(lenet, tmp_path, capsys):
 
 def test_list_layers(capsys):
     """One line per type: its name, then its origin (BVLC Caffe or the fork)."""
-    from keras_caffe.importers.registry import origin
+    from keras_caffe.importers.net.registry import origin
 
     assert cli.main(["import", "--list-layers"]) == 0
     lines = capsys.readouterr().out.splitlines()

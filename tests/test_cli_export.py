@@ -14,7 +14,7 @@ import pytest
 
 from cli_runner import run_cli
 from keras_caffe.errors import WeightsError
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.net.weights import load_weights
 from keras_caffe.proto import caffe_pb2
 
 
@@ -184,7 +184,7 @@ def test_every_output_gets_the_mode_open_would_give(lenet, tmp_path):
 
 def test_snapshot_files_get_the_mode_open_would_give(tmp_path):
     import keras_caffe
-    from keras_caffe.importers.snapshot import save_snapshot
+    from keras_caffe.importers.snapshots.files import save_snapshot
 
     model = keras_caffe.import_model(
         'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 dim: 3 } } }\n'
@@ -260,7 +260,7 @@ def test_a_truncated_caffemodel_says_where_it_is_cut(lenet, tmp_path):
 def test_a_truncated_solverstate_says_where_it_is_cut(golden, tmp_path):
     import keras_caffe
     from keras_caffe.importers import training_args
-    from keras_caffe.importers.snapshot import SnapshotError, load_snapshot
+    from keras_caffe.importers.snapshots.files import SnapshotError, load_snapshot
 
     folder = golden / "solvers" / "sgd"
     data = (folder / "bin_run" / "snap_iter_30.solverstate").read_bytes()

@@ -23,7 +23,7 @@ import keras_caffe
 from cli_runner import run_cli
 from keras_caffe import _cli_quiet
 from keras_caffe.cli import _registry
-from keras_caffe.cli._tables import Column, Grid, print_grid
+from keras_caffe.analysis.tables import Column, Grid, print_grid
 from keras_caffe.errors import ArgumentError
 
 

@@ -10,9 +10,9 @@ import pytest
 
 import keras_caffe
 from keras_caffe.errors import ArgumentError, LayerError
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from keras_caffe.kernels import onednn_enabled
-from keras_caffe.lms import LMS, current, from_cli
+from keras_caffe.lms.policy import LMS, current, from_cli
 from lms_support import batch_for, conv_stack
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
@@ -147,7 +147,7 @@ def test_hard_limit_of_an_imported_net(golden):
 
 
 def test_eigen_convolution_workspace_is_its_im2col_matrix():
-    from keras_caffe.lms_graph import model_graph
+    from keras_caffe.lms.plan import model_graph
 
     x = inputs = keras.Input((16, 16, 8))
     conv = keras.layers.Conv2D(6, 3, name="conv")
@@ -172,7 +172,7 @@ def test_eigen_convolution_workspace_is_its_im2col_matrix():
 def test_lms_returns_freed_blocks_to_the_system(caplog):
     import platform
 
-    from keras_caffe.lms_exec import return_freed_blocks
+    from keras_caffe.lms.execution import return_freed_blocks
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("glibc's mallopt only")
@@ -241,7 +241,7 @@ def test_frac_switches_lms_off_below_and_on_above(caplog):
 
 
 def test_host_memory_is_the_limit_on_cpu():
-    from keras_caffe.lms_exec import device_memory
+    from keras_caffe.devices import device_memory
 
     limit, where = device_memory()
     assert 0 < limit <= 2 ** 50
@@ -289,7 +289,7 @@ def test_per_sample_layers():
     from keras_caffe.layers.elementwise import Bias, Eltwise, ReLU
     from keras_caffe.layers.lrn import LRN
     from keras_caffe.layers.pooling import Pooling
-    from keras_caffe.lms_graph import model_graph
+    from keras_caffe.lms.plan import model_graph
 
     class Subclassed(keras.layers.Conv2D):
         pass
@@ -324,7 +324,7 @@ def test_per_sample_layers():
 def test_remat_segments_run_in_parts_of_the_batch_under_eigen():
     """A 3x3 convolution of 8 channels holds 9 activations of im2col matrix
     under Eigen: its segments run in ceil(9 / 2) = 5 parts, at most the batch."""
-    from keras_caffe.lms_graph import model_graph, plan
+    from keras_caffe.lms.plan import model_graph, plan
 
     model = conv_stack(depth=6, channels=8, size=16)
     remat = lambda nodes, batch: "remat"  # noqa: E731
@@ -356,7 +356,7 @@ def test_remat_segments_run_in_parts_of_the_batch_under_eigen():
 
 
 def test_batch_parts():
-    from keras_caffe.lms_exec import batch_parts
+    from keras_caffe.lms.execution import batch_parts
 
     x10, y10 = np.zeros((10, 3), "float32"), np.zeros((10, 1), "float32")
     assert batch_parts([x10, y10], 4) == [3, 3, 2, 2]

@@ -84,7 +84,7 @@ def test_a_tape_step_gives_the_plain_models_loss_and_gradients(monkeypatch, mech
     plain model's stepped the same way. ``parts``: Eigen's plan (forced here,
     so both kernel families run it) with ``batch_parts``, 5 parts of 8."""
     if mechanism == "parts":
-        monkeypatch.setattr("keras_caffe.lms.onednn_enabled", lambda: False)
+        monkeypatch.setattr("keras_caffe.lms.policy.onednn_enabled", lambda: False)
         lms = keras_caffe.LMS(threshold_kb=16, batch_parts=True)
     else:
         lms = keras_caffe.LMS(threshold_kb=16, mechanism=mechanism)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_caffe
-from keras_caffe.lms import LMS
+from keras_caffe.lms.policy import LMS
 from lms_support import batch_for, conv_stack, loss_and_grads, max_relative
 from support import golden_dataset, golden_net, to_keras_layout
 
@@ -58,7 +58,7 @@ def test_segments_run_in_parts_of_the_batch_give_the_same_step(monkeypatch, batc
     (5 for 3x3 convolutions of 8 channels; uneven parts of 7): the same
     outputs, and the same gradients up to float32 rounding (the parts'
     weight gradients are summed part by part)."""
-    monkeypatch.setattr("keras_caffe.lms.onednn_enabled", lambda: False)
+    monkeypatch.setattr("keras_caffe.lms.policy.onednn_enabled", lambda: False)
     plain, with_lms = twin_models(lambda: conv_stack(depth=6, channels=8, size=16),
                                   LMS(0, batch=batch, batch_parts=True))
     assert {b.chunks for b in with_lms.caffe_lms.blocks[batch]} == {1, 5}
@@ -122,7 +122,7 @@ def test_imported_train_net_replays_caffe(golden):
         optimizer = keras_caffe.optimizer_from_solver(folder / "solver.prototxt",
                                                       lr_mult=lr_mult, decay_mult=decay_mult)
         model.compile(optimizer=optimizer, jit_compile=False,
-                      **keras_caffe.importers.training.training_args(model))
+                      **keras_caffe.importers.net.compile_args.training_args(model))
         model.fit(golden_dataset(folder), steps_per_epoch=1, epochs=10, verbose=0,
                   shuffle=False)
         kernel, bias = model.get_layer("ip1").get_weights()

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import keras_caffe
-from keras_caffe import lms_exec
+from keras_caffe.lms import execution as lms_exec
 from lms_support import loss_and_grads
 
 pytestmark = pytest.mark.kernels

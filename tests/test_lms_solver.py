@@ -46,8 +46,8 @@ def test_cli_train_with_lms(golden, tmp_path, monkeypatch, capsys, parts):
     shutil.copytree(GOLDEN / "solvers" / "sgd", work, ignore=shutil.ignore_patterns("bin_run"))
     monkeypatch.chdir(work)
     planned = []
-    plan = keras_caffe.lms.plan
-    monkeypatch.setattr("keras_caffe.lms.plan",
+    plan = keras_caffe.lms.policy.plan
+    monkeypatch.setattr("keras_caffe.lms.policy.plan",
                         lambda *args, parts: planned.append(parts) or plan(*args, parts=parts))
     assert cli.main(["train", "--solver", "solver.prototxt", "--weights", "init.caffemodel",
                      "--log", "caffe", "--lms", "0", "--lms-frac", "0", *parts]) == 0

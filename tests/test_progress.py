@@ -1,4 +1,4 @@
-"""``keras_caffe.progress``, the progress mode's output, with a fake clock:
+"""``keras_caffe.training.progress``, the progress mode's output, with a fake clock:
 plain lines (no escape characters, no ``\\r`` or ``\\b``) when stdout is not a
 terminal, a bar redrawn in place on a terminal, and an ETA that is never
 estimated from the first step (which compiles the train step): none until a
@@ -7,7 +7,7 @@ later step has ended, then the time of the steps after the first."""
 import io
 import re
 
-from keras_caffe.progress import Estimate, ProgressLog, duration_text, per_iteration_text
+from keras_caffe.training.progress import Estimate, ProgressLog, duration_text, per_iteration_text
 
 
 class Clock:

@@ -24,7 +24,7 @@ import forked
 import keras_caffe
 import train_runs
 from keras_caffe.errors import ArgumentError
-from keras_caffe.signals import Request, SignalEffects
+from keras_caffe.training.signals import Request, SignalEffects
 from train_runs import (FOREVER, TIMEOUT, assert_same_weights, command, golden_folder, messages,
                         snapshots)
 

@@ -28,17 +28,16 @@ import numpy as np
 import pytest
 
 import keras_caffe
-from keras_caffe.importers.snapshot import latest_snapshot, list_snapshots, load_snapshot
-from keras_caffe.importers.snapshot_io import TEMP_PREFIX
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.snapshots.files import latest_snapshot, list_snapshots, load_snapshot
+from keras_caffe.importers.snapshots.file_io import TEMP_PREFIX
+from keras_caffe.importers.net.weights import load_weights
 from forked import run as run_forked
 from support import GOLDEN, solver_weights
 
 CHILD = r"""
 import os, signal, sys, tempfile
 import keras_caffe
-from keras_caffe.importers import atomic
-
+from keras_caffe.importers.formats import atomic
 fmt, kill_at, state = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 solver = keras_caffe.Solver("solver.prototxt", weights="init.caffemodel", log=None,
                             snapshot_format=fmt)

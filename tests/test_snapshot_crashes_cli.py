@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 
 import keras_caffe
-from keras_caffe.importers.snapshot import latest_snapshot, list_snapshots, load_snapshot
-from keras_caffe.importers.snapshot_io import TEMP_PREFIX
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.snapshots.files import latest_snapshot, list_snapshots, load_snapshot
+from keras_caffe.importers.snapshots.file_io import TEMP_PREFIX
+from keras_caffe.importers.net.weights import load_weights
 from forked import start
 from support import GOLDEN, solver_weights
 

@@ -41,7 +41,7 @@ def run_case(case, tmp_path, monkeypatch, **kwargs):
 
 
 def blobs_of(solver):
-    from keras_caffe.importers.api import caffe_layers
+    from keras_caffe.importers.net.importing import caffe_layers
 
     layers = caffe_layers(solver.net)
     return {f"{name}_{kind}": blob for name in ("ip1", "ip2")
@@ -65,7 +65,7 @@ def test_solver_reproduces_caffes_log_and_weights(golden, case, tmp_path, monkey
                                    err_msg=name)
     assert solver.iter == 30
     # snapshot_after_train: the files Caffe's own run wrote, with its numbers.
-    from keras_caffe.importers.weights import load_weights
+    from keras_caffe.importers.net.weights import load_weights
 
     ours_w = load_weights(work / "bin_run" / "snap_iter_30.caffemodel")
     caffes = load_weights(golden / "solvers" / case / "bin_run" / "snap_iter_30.caffemodel")
@@ -146,7 +146,7 @@ def test_a_reduce_runs_once_per_iteration_on_the_summed_gradients(golden, tmp_pa
     import tensorflow as tf
 
     from keras_caffe.kernels import CPU_TUNING
-    from keras_caffe.net_step import train_function
+    from keras_caffe.training.step import train_function
 
     monkeypatch.setenv(CPU_TUNING, "0")
 

@@ -84,7 +84,7 @@ def ours(stderr):
 
 
 def blobs(path):
-    from keras_caffe.importers.weights import load_weights
+    from keras_caffe.importers.net.weights import load_weights
 
     return load_weights(path)
 

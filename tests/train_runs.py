@@ -117,7 +117,7 @@ def snapshots(folder):
 
 def blobs(path):
     """``{layer: [arrays]}`` of a caffemodel."""
-    from keras_caffe.importers.weights import load_weights
+    from keras_caffe.importers.net.weights import load_weights
 
     return {name: [np.asarray(b) for b in found] for name, found in load_weights(path).items()}
 

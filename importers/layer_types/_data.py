@@ -8,16 +8,16 @@ the layer's parameters or its source's first record, as Caffe's
 ``DataLayerSetUp`` finds them; ``input_shapes`` overrides them, and when it
 names every top the source is not read. The same rule serves ``analyze``
 and the importer. ``pipeline`` builds the layer's ``tf.data`` batches
-(``keras_caffe.importers.pipelines``; the helpers it shares are in
-``keras_caffe.importers.pipeline_layers``).
+(``keras_caffe.importers.data.pipelines``; the helpers it shares are in
+``keras_caffe.importers.data.pipeline_layers``).
 """
 
 import keras
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import LayerType, Shapes, count, units
-from keras_caffe.importers.paths import locate
+from keras_caffe.importers.formats.paths import locate
 
 
 class DataLayer(LayerType):

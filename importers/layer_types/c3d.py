@@ -24,7 +24,7 @@ names them (``layer { type: "Convolution3D" convolution3d_param { } }``):
 C3D-v1.0's V1 prototxts (``layers { type: CONVOLUTION3D convolution_param {
 kernel_depth ... } }``) name the types in an enum that clashes with BVLC's V1
 numbers; they are not read. Its binary caffemodels' 5-D blobs are (see
-``keras_caffe.importers.weights``).
+``keras_caffe.importers.net.weights``).
 """
 
 from keras_caffe.errors import LayerError

@@ -19,7 +19,7 @@ constant is no Keras tensor, so that top cannot itself be a model output.
 from keras import ops
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import (
     LRCN,
     Example,

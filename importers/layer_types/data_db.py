@@ -7,14 +7,14 @@ import numpy as np
 import tensorflow as tf
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import records
+from keras_caffe.importers.data import records
 from keras_caffe.importers.layer_types._data import DataLayer, cropped, find_source
 from keras_caffe.importers.layer_types.base import layer_type
-from keras_caffe.importers.pipeline_core import RecordOrder, positions, record_randoms
-from keras_caffe.importers.pipeline_images import ImageDecoder, image_batch, text
-from keras_caffe.importers.pipeline_layers import (
+from keras_caffe.importers.data.pipeline_core import RecordOrder, positions, record_randoms
+from keras_caffe.importers.data.pipeline_images import ImageDecoder, image_batch, text
+from keras_caffe.importers.data.pipeline_layers import (
     Spec, batch_size, check_tops, data_label, rand_skip_start)
-from keras_caffe.importers.transform import Transformer, transform_parameters
+from keras_caffe.importers.data.transform import Transformer, transform_parameters
 
 
 @layer_type("Data")

@@ -22,15 +22,16 @@ import numpy as np
 import tensorflow as tf
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import images, records
+from keras_caffe.importers.data import images
+from keras_caffe.importers.data import records
 from keras_caffe.importers.layer_types._data import DataLayer, find_source
 from keras_caffe.importers.layer_types.base import SEGNET, layer_type
-from keras_caffe.importers.pipeline_core import (
+from keras_caffe.importers.data.pipeline_core import (
     RecordOrder, epoch_permutation, positions, record_randoms)
-from keras_caffe.importers.pipeline_images import check, files_reader, image_base, text
-from keras_caffe.importers.pipeline_layers import (
+from keras_caffe.importers.data.pipeline_images import check, files_reader, image_base, text
+from keras_caffe.importers.data.pipeline_layers import (
     Spec, batch_size, check_resized, check_tops, rand_skip_start)
-from keras_caffe.importers.transform import Transformer, transform_parameters
+from keras_caffe.importers.data.transform import Transformer, transform_parameters
 
 
 def read_pair_list(layer, path):

@@ -5,8 +5,8 @@ import tensorflow as tf
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types._data import DataLayer
 from keras_caffe.importers.layer_types.base import Example, layer_type
-from keras_caffe.importers.pipeline_layers import Spec, dummy_shapes
-from keras_caffe.importers.stateless_fill import check_filler, fill
+from keras_caffe.importers.data.pipeline_layers import Spec, dummy_shapes
+from keras_caffe.importers.data.stateless_fill import check_filler, fill
 from keras_caffe.proto import caffe_pb2
 
 

@@ -5,11 +5,11 @@ import os
 import tensorflow as tf
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import records
+from keras_caffe.importers.data import records
 from keras_caffe.importers.layer_types._data import DataLayer, find_source
 from keras_caffe.importers.layer_types.base import layer_type
-from keras_caffe.importers.pipeline_core import RecordOrder, positions
-from keras_caffe.importers.pipeline_layers import Spec, batch_size, hdf5_permutation
+from keras_caffe.importers.data.pipeline_core import RecordOrder, positions
+from keras_caffe.importers.data.pipeline_layers import Spec, batch_size, hdf5_permutation
 
 
 @layer_type("HDF5Data")

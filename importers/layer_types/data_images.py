@@ -7,16 +7,16 @@ import numpy as np
 import tensorflow as tf
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import records
+from keras_caffe.importers.data import records
 from keras_caffe.importers.layer_types._data import DataLayer, cropped, find_source
 from keras_caffe.importers.layer_types.base import layer_type
-from keras_caffe.importers.pipeline_core import (
+from keras_caffe.importers.data.pipeline_core import (
     RecordOrder, epoch_permutation, positions, record_randoms)
-from keras_caffe.importers.pipeline_images import (
+from keras_caffe.importers.data.pipeline_images import (
     ImageDecoder, files_reader, image_base, image_batch, read_image_file)
-from keras_caffe.importers.pipeline_layers import (
+from keras_caffe.importers.data.pipeline_layers import (
     Spec, batch_size, check_resized, check_tops, data_label, rand_skip_start)
-from keras_caffe.importers.transform import Transformer
+from keras_caffe.importers.data.transform import Transformer
 
 
 @layer_type("ImageData")

@@ -3,7 +3,7 @@
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types._data import DataLayer
 from keras_caffe.importers.layer_types.base import Example, layer_type
-from keras_caffe.importers.pipeline_layers import array_spec, user_arrays
+from keras_caffe.importers.data.pipeline_layers import array_spec, user_arrays
 
 
 @layer_type("Input")

@@ -5,7 +5,7 @@ import warnings
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types._data import DataLayer
 from keras_caffe.importers.layer_types.base import Example, layer_type
-from keras_caffe.importers.pipeline_layers import array_spec, batch_size, check_tops, user_arrays
+from keras_caffe.importers.data.pipeline_layers import array_spec, batch_size, check_tops, user_arrays
 
 
 @layer_type("MemoryData")

@@ -31,7 +31,7 @@ clip in ``1 .. max_sampling_rate``. ``shuffle`` permutes the list at set-up
 and at every wrap; ``rand_skip`` (TRAIN) skips into the first epoch.
 
 Differences, by necessity or keras-caffe's conventions (see
-``importers/pipelines.py``): ``use_image: false`` (a video file decoded by
+``importers/data/pipelines.py``): ``use_image: false`` (a video file decoded by
 OpenCV's VideoCapture) is refused, keras-caffe has no video decoder; the fork
 skips a TRAIN clip it cannot read (a missing frame, too few frames) and
 takes the next, here the pipeline stops with a LayerError naming the list
@@ -48,16 +48,18 @@ import numpy as np
 import tensorflow as tf
 
 from keras_caffe.errors import LayerError, ProtoParseError, WeightsError
-from keras_caffe.importers import data_errors, images, records
+from keras_caffe.importers.data import read_errors as data_errors
+from keras_caffe.importers.data import images
+from keras_caffe.importers.data import records
 from keras_caffe.importers.layer_types._data import DataLayer, find_source
 from keras_caffe.importers.layer_types.base import C3D, layer_type
-from keras_caffe.importers.pipeline_core import (
+from keras_caffe.importers.data.pipeline_core import (
     RecordOrder, epoch_permutation, positions, record_randoms)
-from keras_caffe.importers.pipeline_images import check, text
-from keras_caffe.importers.pipeline_layers import (
+from keras_caffe.importers.data.pipeline_images import check, text
+from keras_caffe.importers.data.pipeline_layers import (
     Spec, batch_size, check_resized, check_tops, rand_skip_start)
-from keras_caffe.importers.protofile import read_binary
-from keras_caffe.importers.weights import blob_to_array
+from keras_caffe.importers.formats.protofile import read_binary
+from keras_caffe.importers.net.weights import blob_to_array
 from keras_caffe.proto import caffe_pb2
 
 _CHANNELS = 3  # ReadImageSequenceToVolumeDatum reads CV_LOAD_IMAGE_COLOR

@@ -40,7 +40,7 @@ it, where Caffe would abort); a ``loss_weight`` on its top is refused.
 import warnings
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import (
     SSD,
     Example,

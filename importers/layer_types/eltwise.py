@@ -11,7 +11,7 @@ import math
 import keras
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types._blob_axes import (
     caffe_axes,
     initializer,

@@ -4,7 +4,7 @@ import math
 
 from keras_caffe import layers
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types._params import fillers
 from keras_caffe.importers.layer_types.base import (
     Example,

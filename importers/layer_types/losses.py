@@ -16,7 +16,7 @@ import keras
 
 from keras_caffe import losses
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import (
     Example,
     LayerType,

@@ -15,7 +15,7 @@ ThresholdedRelu alpha, Shrink bias/lambd) default to OpenCV's; like
 OpenCV, they are read from a field of that name in any ``*_param`` of the
 layer (e.g. ``elu_param { alpha: 0.5 }``). A parameter written as a field of
 the layer itself (``alpha: 0.5``, not in Caffe's schema) is refused by the
-net reader, naming the layer and field (``importers/netfile.py``).
+net reader, naming the layer and field (``importers/formats/netfile.py``).
 
 Each type is its own registered unit (``_FUNCTIONS`` below makes one class
 per entry), with its own examples.

@@ -12,7 +12,7 @@ transpose runs.
 import keras
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import (
     SSD,
     Example,

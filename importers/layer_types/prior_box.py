@@ -16,7 +16,7 @@ where the fork would compute NaN or infinity: a non-positive aspect ratio.
 """
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import (
     SSD,
     Example,

@@ -25,7 +25,7 @@ import ast
 import math
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import (
     FASTER_RCNN,
     OPENCV,

@@ -20,7 +20,7 @@ The Keras layers are ``keras_caffe.layers.recurrent.LSTM`` / ``RNN``.
 import math
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import Example, LayerType, Shapes, fmt, layer_type
 from keras_caffe.initializers import from_filler
 from keras_caffe.layers import recurrent

@@ -8,7 +8,7 @@ channels-last under ``channels_last``, like every image blob.
 import math
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types._axes import axis_index, show
 from keras_caffe.importers.layer_types.base import (
     Example,

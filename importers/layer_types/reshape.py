@@ -18,7 +18,7 @@ import math
 import keras
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types._axes import axis_index, no_in_place, show
 from keras_caffe.importers.layer_types.base import (
     Example,

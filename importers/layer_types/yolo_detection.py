@@ -46,7 +46,7 @@ comparisons of NMS).
 import math
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.importers.layer_types.base import (
     YOLO,
     Example,

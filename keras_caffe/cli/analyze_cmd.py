@@ -30,8 +30,8 @@ def _arguments(parser):
 def run(args):
     import json
 
-    from keras_caffe.cli._tables import print_grid
-    from keras_caffe.importers.analyze import analyze_scaling
+    from keras_caffe.analysis.tables import print_grid
+    from keras_caffe.analysis import analyze_scaling
 
     report, scaling = analyze_scaling(args.net, args.workers, args.device_flops,
                                       batch=args.batch, bandwidth=args.bandwidth,

@@ -28,8 +28,8 @@ def _arguments(parser):
                      "its net (Net::ToProto / Net::ToHDF5).",
          arguments=_arguments, inputs=("model",), check=_check)
 def run(args):
-    from keras_caffe.importers.export import export_caffemodel
-    from keras_caffe.importers.keras_file import load_keras
+    from keras_caffe.importers.net.export import export_caffemodel
+    from keras_caffe.importers.net.keras_file import load_keras
 
     model, net = load_keras(args.model)
     if args.prototxt and net is None:
@@ -40,7 +40,7 @@ def run(args):
     if args.prototxt:
         from google.protobuf import text_format
 
-        from keras_caffe.importers.atomic import write_bytes_durably
+        from keras_caffe.importers.formats.atomic import write_bytes_durably
 
         write_bytes_durably(args.prototxt, text_format.MessageToString(net).encode("utf-8"))
         print(f"saved {args.prototxt}")

@@ -36,7 +36,7 @@ def _arguments(parser):
 def run(args):
     if args.list_layers:
         return _list_layers()
-    from keras_caffe.importers.api import import_net
+    from keras_caffe.importers.net.importing import import_net
 
     imported = import_net(args.net, args.weights, phase=args.phase, data_format=args.data_format,
                           input_shapes=input_shapes(args.input_shape))
@@ -51,7 +51,7 @@ def run(args):
                           "layers": rows, "params": sum(r["params"] for r in rows),
                           "saved": args.output if saved else None}, indent=2))
         return 0
-    from keras_caffe.cli._tables import print_grid
+    from keras_caffe.analysis.tables import print_grid
 
     print_grid(_grid(imported, rows))
     if saved:
@@ -61,7 +61,7 @@ def run(args):
 
 def _list_layers():
     from keras_caffe.importers import registered_types
-    from keras_caffe.importers.registry import origin
+    from keras_caffe.importers.net.registry import origin
 
     types = registered_types()
     width = max(map(len, types)) + 2
@@ -88,7 +88,7 @@ def layer_rows(imported):
 
 
 def _grid(imported, rows):
-    from keras_caffe.cli._tables import Column, Grid
+    from keras_caffe.analysis.tables import Column, Grid
 
     grid = Grid(f"{imported.net.name or imported.source}",
                 [Column("layer"), Column("type"), Column("output shape (N, C, H, W)"),
@@ -102,7 +102,7 @@ def _grid(imported, rows):
 
 def layer_table(imported):
     """A rich table of the Caffe layers: name, type, output shape(s), params."""
-    from keras_caffe.cli._tables import to_rich
+    from keras_caffe.analysis.tables import to_rich
 
     return to_rich(_grid(imported, layer_rows(imported)))
 
@@ -115,9 +115,9 @@ def _shape_text(shape):
 
 
 def save_atomically(model, path):
-    """``model.save`` through ``keras_caffe.importers.atomic`` (no partial
+    """``model.save`` through ``keras_caffe.importers.formats.atomic`` (no partial
     file, the user's path in errors, the mode ``open()`` gives), the .keras
-    carrying the model's Caffe net (``keras_caffe.importers.keras_file``)."""
-    from keras_caffe.importers.keras_file import save_keras
+    carrying the model's Caffe net (``keras_caffe.importers.net.keras_file``)."""
+    from keras_caffe.importers.net.keras_file import save_keras
 
     save_keras(model, path)

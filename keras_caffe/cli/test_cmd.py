@@ -43,7 +43,7 @@ def _arguments(parser):
                      "average loss and each output averaged over the batches, as `caffe test`.",
          arguments=_arguments, inputs=("model", "weights"), check=_check)
 def run(args):
-    from keras_caffe.scoring import score_net
+    from keras_caffe.training.scoring import score_net
 
     hide_xla_start()
     scores = score_net(args.model, args.weights, iterations=args.iterations, phase=args.phase,
@@ -59,7 +59,7 @@ def run(args):
 
 
 def _print(scores, style):
-    from keras_caffe.caffe_log import CaffeLog, number
+    from keras_caffe.training.caffe_log import CaffeLog, number
 
     if style == "caffe":
         log = CaffeLog()

@@ -33,7 +33,7 @@ def _arguments(parser):
                      "Also: the net as one compiled function, as training runs it.",
          arguments=_arguments, inputs=("model",), check=_check)
 def run(args):
-    from keras_caffe.timing import print_timing, time_net
+    from keras_caffe.training.timing import print_timing, time_net
 
     hide_xla_start()
     report = time_net(args.model, iterations=args.iterations, phase=args.phase,

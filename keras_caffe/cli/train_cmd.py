@@ -105,7 +105,7 @@ def _arguments(parser):
          arguments=_arguments, inputs=("solver", "snapshot"), input_lists=("weights",),
          check=_check)
 def run(args):
-    from keras_caffe.lms import from_cli
+    from keras_caffe.lms.policy import from_cli
 
     lms = from_cli(args.lms, args.lms_frac, args.lms_parts)
     try:
@@ -189,7 +189,7 @@ def _split_cpu(count):
 
 def _train(args, lms):
     from keras_caffe import distributed
-    from keras_caffe.solver import Solver
+    from keras_caffe.training.solver import Solver
 
     devices = _train_devices(args)
     hide_xla_start()

@@ -47,7 +47,7 @@ from keras_caffe.distributed.context import (
 from keras_caffe.distributed.data import shard
 from keras_caffe.distributed.faults import failures
 from keras_caffe.distributed.optimizer import DistributedOptimizer
-from keras_caffe.distributed.schedules import ScaledLearningRate
+from keras_caffe.distributed.scaled_rate import ScaledLearningRate
 from keras_caffe.distributed.state import (
     broadcast_object,
     broadcast_state,

@@ -213,7 +213,7 @@ def _read(root, path, where):
 def _write_atomically(path, text):
     """``text`` over ``path`` through a temporary file and a rename, keeping
     the file's mode; an ``OSError`` names ``path``, not the temporary file."""
-    from keras_caffe.importers.atomic import user_error
+    from keras_caffe.importers.formats.atomic import user_error
 
     tmp = None
     try:

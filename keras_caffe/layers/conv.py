@@ -14,7 +14,7 @@ from keras_caffe.layers.base import CaffeBlobs, Fillers, check_data_format, from
 class ConvolutionParameters(Fillers, CaffeBlobs, keras.layers.Layer):
     """What Convolution and Deconvolution share: Caffe's ConvolutionParameter."""
 
-    per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
+    per_sample = True  # no sample reads another (keras_caffe.lms.plan.Node.per_sample)
 
     def __init__(self, num_output, kernel_size, stride=1, pad=0, dilation=1, group=1,
                  bias_term=True, data_format="channels_last", **kwargs):

@@ -49,7 +49,7 @@ def _broadcast_shape(ndim, axes, dims):
 class _Elementwise(keras.layers.Layer):
     """A layer whose output has its input's shape."""
 
-    per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
+    per_sample = True  # no sample reads another (keras_caffe.lms.plan.Node.per_sample)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -383,7 +383,7 @@ class Eltwise(keras.layers.Layer):
     ties (so NaN and gradients follow Caffe's mask).
     """
 
-    per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
+    per_sample = True  # no sample reads another (keras_caffe.lms.plan.Node.per_sample)
 
     def __init__(self, operation="SUM", coeffs=None, **kwargs):
         super().__init__(**kwargs)

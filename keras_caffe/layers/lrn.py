@@ -19,7 +19,7 @@ class LRN(keras.layers.Layer):
     average taken by Caffe's AVE pooling (pad (n-1)/2), as Caffe composes it.
     """
 
-    per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
+    per_sample = True  # no sample reads another (keras_caffe.lms.plan.Node.per_sample)
 
     def __init__(self, local_size=5, alpha=1.0, beta=0.75, k=1.0, norm_region="ACROSS_CHANNELS",
                  data_format="channels_last", **kwargs):

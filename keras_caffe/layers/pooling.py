@@ -176,7 +176,7 @@ class Pooling(keras.layers.Layer):
     carries no gradient (Caffe's backward ignores it).
     """
 
-    per_sample = True  # no sample reads another (keras_caffe.lms_graph.per_sample)
+    per_sample = True  # no sample reads another (keras_caffe.lms.plan.Node.per_sample)
 
     def __init__(self, pool="MAX", kernel_size=1, stride=1, pad=0, global_pooling=False,
                  ceil_mode=True, data_format="channels_last", return_mask=False, rule=BVLC,

@@ -1,7 +1,7 @@
 """A Caffe solver file -> a keras-caffe optimizer with its lr schedule."""
 
 from keras_caffe.errors import ArgumentError, SolverError
-from keras_caffe.importers.solver import read_solver
+from keras_caffe.importers.formats.solver_file import read_solver
 from keras_caffe.optimizers import SOLVERS
 from keras_caffe.optimizers.base import CaffeOptimizer
 from keras_caffe.schedules import schedule_from_param

@@ -11,7 +11,7 @@ import pytest
 import keras_caffe
 from keras_caffe.callbacks.snapshot import CaffeSnapshot, restore_snapshot
 from keras_caffe.errors import ArgumentError
-from keras_caffe.importers.snapshot import SnapshotError, list_snapshots, snapshot_paths
+from keras_caffe.importers.snapshots.files import SnapshotError, list_snapshots, snapshot_paths
 
 NET = """
 layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 20 } } }

@@ -16,7 +16,7 @@ import sys
 import time
 
 import keras_caffe.distributed as kd
-import keras_caffe.solver as solver_module
+import keras_caffe.training.solver as solver_module
 from keras_caffe import cli
 
 KILL_RANK = int(os.environ.get("KILL_RANK", "-1"))

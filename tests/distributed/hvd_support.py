@@ -138,7 +138,7 @@ def check(result):
 
 def caffemodel(path):
     """``{layer: [blobs as arrays]}`` of a caffemodel a job wrote (either format)."""
-    from keras_caffe.importers.weights import load_weights
+    from keras_caffe.importers.net.weights import load_weights
 
     return {name: [np.asarray(b) for b in blobs] for name, blobs in load_weights(path).items()}
 

@@ -25,7 +25,7 @@ from keras_caffe.distributed import context, faults
 from keras_caffe.distributed import data as data_module
 from keras_caffe.distributed._hvd import INSTALL_HINT
 from keras_caffe.distributed.state import offset_seeds
-from keras_caffe.random_state import seed_variables
+from keras_caffe.training.random_state import seed_variables
 from keras_caffe.errors import ArgumentError, DistributedError
 
 OWNER = "DistributedOptimizer"
@@ -351,7 +351,7 @@ DUMMY_NET = ('layer { name: "d" type: "DummyData" top: "n" dummy_data_param { '
 
 
 def test_net_pipeline_reads_everything_without_horovod():
-    from keras_caffe.importers.pipelines import net_pipeline
+    from keras_caffe.importers.data.pipelines import net_pipeline
 
     pipe = net_pipeline(DUMMY_NET, "TRAIN")
     assert (pipe.shard_index, pipe.num_shards) == (0, 1)
@@ -361,7 +361,7 @@ def test_net_pipeline_reads_everything_without_horovod():
 
 def test_net_pipeline_default_shard_follows_the_worker(monkeypatch):
     """Under Horovod (a worker that says rank 1 of 3) the default share is that worker's."""
-    from keras_caffe.importers.pipelines import net_pipeline
+    from keras_caffe.importers.data.pipelines import net_pipeline
 
     monkeypatch.setattr(context, "worker", lambda seed=None: kd.Worker(1, 3, 1, 3, seed))
     monkeypatch.setattr(data_module, "worker", context.worker)

@@ -212,7 +212,7 @@ def test_killed_worker_stops_the_others_and_keeps_the_last_snapshot(runs):
     import keras
 
     import keras_caffe
-    from keras_caffe.importers.snapshot import latest_snapshot, load_snapshot
+    from keras_caffe.importers.snapshots.files import latest_snapshot, load_snapshot
 
     found = latest_snapshot(str(out / "snap"))
     assert found.iteration == 10 and found.solverstate.endswith('snap_iter_10.solverstate')

@@ -1,4 +1,4 @@
-"""``keras_caffe.importers.analyze``: |W|, |D|, FLOPs and communication of Caffe nets.
+"""``keras_caffe.analysis``: |W|, |D|, FLOPs and communication of Caffe nets.
 
 The weight sizes reproduce FireCaffe's Table 1 (Iandola et al., CVPR 2016)
 within 5%; LeNet's numbers are worked out here from its architecture; the
@@ -15,7 +15,7 @@ import pytest
 
 from keras_caffe.errors import ArgumentError, GraphError, LayerError, UnknownLayerError
 from keras_caffe.importers import read_binary
-from keras_caffe.importers.analyze import (
+from keras_caffe.analysis import (
     MB,
     LayerStats,
     Report,
@@ -26,7 +26,7 @@ from keras_caffe.importers.analyze import (
     reduction_tree_time,
     ring_allreduce_time,
 )
-from keras_caffe.importers.upgrade import upgrade_net
+from keras_caffe.importers.formats.upgrade import upgrade_net
 from keras_caffe.proto import caffe_pb2
 from support import golden_net
 

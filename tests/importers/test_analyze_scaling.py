@@ -1,4 +1,4 @@
-"""``keras_caffe.importers.analyze.scaling``: predicted step time and speed-up over p workers.
+"""``keras_caffe.analysis.scaling``: predicted step time and speed-up over p workers.
 
 The tiny net's numbers are worked out by hand below; the NiN and GoogLeNet
 rows are the ones docs/scaling.md quotes.
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keras_caffe.errors import ArgumentError
-from keras_caffe.importers.analyze import (
+from keras_caffe.analysis import (
     DEFAULT_WORKERS,
     MB,
     Scaling,

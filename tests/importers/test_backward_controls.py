@@ -17,7 +17,7 @@ import tensorflow as tf
 import keras_caffe
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import training_args
-from keras_caffe.net_step import NetOutputs
+from keras_caffe.training.step import NetOutputs
 
 pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
 

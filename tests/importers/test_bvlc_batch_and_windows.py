@@ -10,7 +10,7 @@ import pytest
 
 import caffe_numpy
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS, run_layers
 

@@ -15,10 +15,10 @@ import pytest
 from google.protobuf import text_format
 
 import keras_caffe
-from keras_caffe.importers import net_proto
-from keras_caffe.importers.export import caffemodel_proto, export_caffemodel, model_blobs
-from keras_caffe.importers.snapshot import load_snapshot, save_snapshot
-from keras_caffe.importers.weights import array_to_blob
+from keras_caffe.importers.formats import net_proto
+from keras_caffe.importers.net.export import caffemodel_proto, export_caffemodel, model_blobs
+from keras_caffe.importers.snapshots.files import load_snapshot, save_snapshot
+from keras_caffe.importers.net.weights import array_to_blob
 from keras_caffe.proto import caffe_pb2
 from support import GOLDEN_SOLVER_CASES, golden_net, golden_resume
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from keras_caffe.errors import LayerError, WeightsError
 from keras_caffe.importers import converter, import_model, load_into, unregister_converter
-from keras_caffe.importers.graph import Blob
+from keras_caffe.importers.net.graph import Blob
 from keras_caffe.layers import elementwise
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 

@@ -88,7 +88,7 @@ def test_permute_moving_the_batch_axis_transposes_every_axis(order, data_format)
 
 
 def test_analyze_gives_the_converters_shape():
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.analysis import analyze
 
     text = ('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 '
             'dim: 4 dim: 5 } } }\n' + permute((0, 3)))

@@ -6,7 +6,7 @@ import pytest
 from google.protobuf import text_format
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.graph import Blob, Context
+from keras_caffe.importers.net.graph import Blob, Context
 from keras_caffe.importers.layer_types import unit
 from keras_caffe.layers.reductions import MVN, ArgMax, Reduction
 from keras_caffe.proto import caffe_pb2

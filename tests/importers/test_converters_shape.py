@@ -14,8 +14,8 @@ import pytest
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
-from keras_caffe.importers.graph import build_model
-from keras_caffe.importers.netfile import filter_net, net_state, read_net
+from keras_caffe.importers.net.graph import build_model
+from keras_caffe.importers.formats.netfile import filter_net, net_state, read_net
 from keras_caffe.layers import shape as shape_layers
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 

@@ -97,7 +97,7 @@ def test_analyze_reads_an_existing_source_as_the_importer_does(golden):
     """One shape rule: analyze takes a train net's shapes from its LMDB's
     first Datum (found next to the prototxt), as the importer does."""
     from keras_caffe.importers import read_net
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.analysis import analyze
 
     net = golden / "lmdb" / "net_B_test_crop_meanfile.prototxt"
     layer = next(l for l in read_net(net)[0].layer if l.type == "Data")
@@ -110,7 +110,7 @@ def test_analyze_reads_an_existing_source_as_the_importer_does(golden):
 
 @pytest.mark.converter("Data")
 def test_analyze_of_a_missing_source_says_what_to_do():
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.analysis import analyze
 
     text = ('layer { name: "data" type: "Data" top: "data" top: "label" data_param { '
             'source: "nowhere_lmdb" batch_size: 4 backend: LMDB } }')
@@ -124,7 +124,7 @@ def test_analyze_of_a_missing_source_says_what_to_do():
 @pytest.mark.converter("MemoryData")
 def test_memory_data_label_is_one_value_per_sample():
     """memory_data_layer.cpp:22-24: label (batch_size,), in analyze as in the importer."""
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.analysis import analyze
 
     text = ('layer { name: "m" type: "MemoryData" top: "data" top: "label" memory_data_param { '
             'batch_size: 5 channels: 2 height: 6 width: 4 } }')
@@ -150,7 +150,7 @@ def test_dummy_data_one_shape_serves_every_top():
 @pytest.mark.converter("Input")
 def test_input_without_a_shape_takes_it_from_input_shapes():
     """input_layer.cpp allows no shape (the caller reshapes): input_shapes gives it."""
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.analysis import analyze
 
     text = ('layer { name: "in" type: "Input" top: "x" }\n'
             'layer { name: "r" type: "ReLU" bottom: "x" top: "r" }')
@@ -168,7 +168,7 @@ def test_input_without_a_shape_takes_it_from_input_shapes():
 @pytest.mark.parametrize("layer_type", ["WindowData", "AnnotatedData"])
 def test_analyze_only_data_layers_take_input_shapes(layer_type):
     from keras_caffe.errors import UnknownLayerError
-    from keras_caffe.importers.analyze import analyze
+    from keras_caffe.analysis import analyze
 
     text = (f'layer {{ name: "w" type: "{layer_type}" top: "data" top: "label" }}\n'
             'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" '
@@ -184,7 +184,7 @@ def test_analyze_only_data_layers_take_input_shapes(layer_type):
 
 def test_data_layer_types_come_from_the_registry():
     from keras_caffe.importers.layer_types._data import producing_types, source_types
-    from keras_caffe.importers.pipelines import DATA_LAYER_TYPES
+    from keras_caffe.importers.data.pipelines import DATA_LAYER_TYPES
 
     assert set(DATA_LAYER_TYPES) == {"Data", "ImageData", "HDF5Data", "DummyData", "MemoryData",
                                      "Input", "DenseImageData", "VideoData"}

@@ -11,10 +11,11 @@ import pytest
 import tensorflow as tf
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import images, import_model
-from keras_caffe.importers.analyze import analyze
-from keras_caffe.importers.pipeline_core import DataPipeline
-from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline
+from keras_caffe.importers import import_model
+from keras_caffe.importers.data import images
+from keras_caffe.analysis import analyze
+from keras_caffe.importers.data.pipeline_core import DataPipeline
+from keras_caffe.importers.data.pipelines import layer_pipeline, net_pipeline
 from support import DATA_FORMATS
 
 pytestmark = pytest.mark.converter("DenseImageData")

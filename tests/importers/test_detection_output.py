@@ -21,8 +21,8 @@ import pytest
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
-from keras_caffe.importers.analyze import analyze
-from keras_caffe.importers.netfile import read_net_file
+from keras_caffe.analysis import analyze
+from keras_caffe.importers.formats.netfile import read_net_file
 from keras_caffe.layers.ssd import DetectionOutput, caffe_detections
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 from test_prior_box import prior_box_reference

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_caffe.importers import import_model, load_into
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from support import DATA_FORMATS, from_keras_layout, to_keras_layout
 from test_accum import accum_forward
 from test_correlation import correlation_reference

@@ -22,8 +22,8 @@ import keras_caffe
 from keras_caffe import importers
 from keras_caffe.errors import (
     CaffeImportError, ProtoParseError, UnknownLayerError, UnsafeLayerError)
-from keras_caffe.importers.netfile import read_net, read_net_file
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.formats.netfile import read_net, read_net_file
+from keras_caffe.importers.net.weights import load_weights
 from keras_caffe.proto import caffe_pb2
 
 DATA = pathlib.Path(__file__).parent / "data"

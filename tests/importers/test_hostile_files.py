@@ -19,8 +19,8 @@ import pytest
 
 import keras_caffe
 from keras_caffe.errors import KerasCaffeError, LayerError, WeightsError
-from keras_caffe.importers.snapshot import SnapshotError, load_snapshot, save_snapshot
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.snapshots.files import SnapshotError, load_snapshot, save_snapshot
+from keras_caffe.importers.net.weights import load_weights
 from support import GOLDEN
 
 
@@ -462,7 +462,7 @@ LIMIT_TEXT = ("the most a {size:,}-byte file may hold (100,000 and one per 1024 
 BOUNDED_LOAD = """
 import resource, sys
 from keras_caffe.errors import WeightsError
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.net.weights import load_weights
 with open("/proc/self/status") as f:
     size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), resource.RLIM_INFINITY))
@@ -531,7 +531,7 @@ def test_unknown_fields_and_groups_do_not_hide_what_follows(tmp_path):
     """Fields the schema lacks (kept as raw bytes by the parser), a group
     (wire types 3/4, which caffe.proto never uses) and packed numbers are
     stepped over; the layers after them are still counted."""
-    from keras_caffe.importers.message_count import count_messages
+    from keras_caffe.importers.formats.message_count import count_messages
     from keras_caffe.proto import caffe_pb2
 
     group = _varint(9999 << 3 | 3) + b"\x08\x05" + _varint(7 << 3 | 2) + b"\x01x" + \
@@ -576,7 +576,7 @@ def test_golden_files_count_as_the_parser_reads_them_far_below_the_limit():
     """Every binary file of tests/golden: the wire count equals the messages
     the parser builds, at least 100 times below the limit, and it loads."""
     from keras_caffe.importers import read_binary
-    from keras_caffe.importers.message_count import count_messages, message_limit
+    from keras_caffe.importers.formats.message_count import count_messages, message_limit
 
     files = _golden_binaries()
     assert len(files) >= 40
@@ -592,7 +592,7 @@ def test_golden_files_count_as_the_parser_reads_them_far_below_the_limit():
 @pytest.mark.parametrize("name, messages", [("bvlc_googlenet", 693), ("mobilenet_v1", 772),
                                             ("squeezenet_v1.1", 212)])
 def test_large_golden_caffemodels_hold_a_few_hundred_messages(name, messages):
-    from keras_caffe.importers.message_count import count_messages
+    from keras_caffe.importers.formats.message_count import count_messages
     from keras_caffe.proto import caffe_pb2
     from support import golden_net
 

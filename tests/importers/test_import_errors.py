@@ -130,8 +130,8 @@ def lenet(golden):
 
 
 def test_blob_shape_mismatch_names_layer_index_and_shapes(lenet, tmp_path):
-    from keras_caffe.importers.export import write_atomically
-    from keras_caffe.importers.weights import array_to_blob
+    from keras_caffe.importers.net.export import write_atomically
+    from keras_caffe.importers.net.weights import array_to_blob
     from keras_caffe.proto import caffe_pb2
 
     net = caffe_pb2.NetParameter()

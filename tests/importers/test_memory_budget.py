@@ -1,4 +1,4 @@
-"""The import-time memory budget (``importers/memory_budget.py``): nets that
+"""The import-time memory budget (``importers/net/memory_budget.py``): nets that
 ask for more than the process may allocate are refused with a ``LayerError``
 naming the layer and the bytes, before TensorFlow allocates anything (issue
 18's reproducers, which ended in ``ResourceExhaustedError ... OOM``).

@@ -1,4 +1,4 @@
-"""The memory budget of the data layers (``importers/memory_budget.py``:
+"""The memory budget of the data layers (``importers/net/memory_budget.py``:
 ``check_pipeline``): a batch that the host memory cannot hold while its
 ``tf.data`` pipeline makes it is refused with a ``LayerError`` naming the
 layer, its tops' shapes and the bytes, by ``import_model``, ``Solver``,
@@ -27,9 +27,9 @@ import keras_caffe
 from cli_runner import run_cli
 from keras_caffe.errors import ArgumentError, LayerError
 from keras_caffe.importers import layer_pipeline, net_pipeline, parse_text
-from keras_caffe.importers.pipeline_core import Context, DataPipeline
-from keras_caffe.lms_exec import device_memory, host_memory
-from keras_caffe.lms_graph import fmt_bytes
+from keras_caffe.importers.data.pipeline_core import Context, DataPipeline
+from keras_caffe.devices import device_memory, host_memory
+from keras_caffe.devices import fmt_bytes
 from keras_caffe.proto import caffe_pb2
 from pipeline_fixtures import raw_lmdb
 

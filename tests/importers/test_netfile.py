@@ -6,7 +6,7 @@ import pytest
 import keras_caffe
 from keras_caffe.errors import CaffeImportError
 from keras_caffe.importers import filter_net, net_state, read_net
-from keras_caffe.importers.graph import build_model  # noqa: F401  (public for converters)
+from keras_caffe.importers.net.graph import build_model  # noqa: F401  (public for converters)
 from keras_caffe.proto import caffe_pb2
 
 V0_NET = """

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from keras_caffe.errors import LayerError, ProtoParseError
 from keras_caffe.importers import import_model
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)

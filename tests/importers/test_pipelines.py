@@ -20,7 +20,7 @@ raw_lmdb, take, to_caffe, write_lmdb = _f.raw_lmdb, _f.take, _f.to_caffe, _f.wri
 import keras_caffe
 from keras_caffe.errors import ArgumentError, LayerError
 from keras_caffe.importers import read_binary, training_args
-from keras_caffe.importers.pipelines import (
+from keras_caffe.importers.data.pipelines import (
     DEFAULT_SEED, DataPipeline, layer_pipeline, net_pipeline)
 from keras_caffe.proto import caffe_pb2
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from keras_caffe.errors import KerasCaffeError, LayerError
-from keras_caffe.importers.pipelines import DataPipeline, layer_pipeline, pipeline_errors
+from keras_caffe.importers.data.pipelines import DataPipeline, layer_pipeline, pipeline_errors
 from keras_caffe.proto import caffe_pb2
 
 
@@ -326,7 +326,7 @@ def test_an_nvidia_caffe_mean_file_of_raw_float16_subtracts_the_same_mean(tmp_pa
 
 @pytest.mark.parametrize("layer_type", ["ImageData", "DenseImageData", "VideoData"])
 def test_a_list_file_that_cannot_be_read_names_the_layer_type_and_file(tmp_path, layer_type):
-    from keras_caffe.importers.records import list_lines
+    from keras_caffe.importers.data.records import list_lines
 
     (tmp_path / "list.txt").write_text("a 1\n\n  \nb 2\n")
     one = caffe_pb2.LayerParameter(name="data", type=layer_type)

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_caffe.importers import images
-
+from keras_caffe.importers.data import images
 COEF = 2048  # INTER_RESIZE_COEF_SCALE
 
 

@@ -16,8 +16,9 @@ import pytest
 
 import keras_caffe
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import records, training_args
-from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline, pipeline_errors
+from keras_caffe.importers import training_args
+from keras_caffe.importers.data import records
+from keras_caffe.importers.data.pipelines import layer_pipeline, net_pipeline, pipeline_errors
 from keras_caffe.proto import caffe_pb2
 
 

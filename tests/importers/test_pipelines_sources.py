@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_caffe.importers import images
-from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline
+from keras_caffe.importers.data import images
+from keras_caffe.importers.data.pipelines import layer_pipeline, net_pipeline
 from keras_caffe.proto import caffe_pb2
 
 

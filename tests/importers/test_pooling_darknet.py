@@ -25,7 +25,7 @@ import tensorflow as tf
 from keras_caffe import layers
 from keras_caffe.errors import ArgumentError, LayerError
 from keras_caffe.importers import import_model
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from keras_caffe.importers.layer_types.pooling import current_rule, pooling_rule
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 

@@ -33,9 +33,9 @@ import pytest
 import caffe_numpy
 import keras_caffe
 from keras_caffe.importers import load_into, load_weights
-from keras_caffe.importers.api import caffe_parts
-from keras_caffe.importers.export import caffemodel_proto
-from keras_caffe.importers.netfile import read_net
+from keras_caffe.importers.net.importing import caffe_parts
+from keras_caffe.importers.net.export import caffemodel_proto
+from keras_caffe.importers.formats.netfile import read_net
 from keras_caffe.layers import CaffeBlobs
 from support import DATA_FORMATS
 

@@ -8,8 +8,8 @@ import pytest
 
 from keras_caffe.errors import UnsafeLayerError
 from keras_caffe.importers import import_model
-from keras_caffe.importers.analyze import analyze
-from keras_caffe.importers.analyze.core import UnknownLayerTypeError
+from keras_caffe.analysis import analyze
+from keras_caffe.analysis.core import UnknownLayerTypeError
 from keras_caffe.importers.layer_types import base, python_layer
 from keras_caffe.importers.layer_types.proposal import PyFasterRCNNProposal
 

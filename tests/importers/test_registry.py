@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from keras_caffe.importers import converter, registered_types, unregister_converter
-from keras_caffe.importers.analyze import analyze
-from keras_caffe.importers.api import caffe_layers, import_net
+from keras_caffe.analysis import analyze
+from keras_caffe.importers.net.importing import caffe_layers, import_net
 from keras_caffe.importers.layer_types import base
-from keras_caffe.importers.registry import DuplicateConverterError, is_builtin, origin
+from keras_caffe.importers.net.registry import DuplicateConverterError, is_builtin, origin
 
 HERE = Path(__file__).parent
 DATA_FORMATS = ("channels_last", "channels_first")

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 
 pytestmark = pytest.mark.kernels

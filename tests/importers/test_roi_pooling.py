@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_caffe.errors import LayerError
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from support import DATA_FORMATS, run_layers
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)

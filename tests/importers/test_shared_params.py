@@ -22,7 +22,7 @@ import keras_caffe
 from caffe_reference import apply_update
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import load_snapshot, save_snapshot, training_args
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.net.weights import load_weights
 
 pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
 
@@ -78,7 +78,7 @@ def test_towers_hold_one_copy_of_each_blob():
     model = siamese()
     assert [w.path for w in model.weights] == list(LR_MULT)
     assert keras_caffe.param_multipliers(model) == (LR_MULT, DECAY_MULT)
-    from keras_caffe.importers.api import caffe_sharers
+    from keras_caffe.importers.net.importing import caffe_sharers
 
     assert caffe_sharers(model) == {"ip1_p": "ip1", "ip2_p": "ip2"}
     # the towers compute the same function: swapping a and b gives the same sum
@@ -129,12 +129,12 @@ def test_export_writes_every_layer_as_caffe_and_imports_back_bit_exactly(tmp_pat
         for a, b in zip(stored[owner], stored[owner + "_p"]):
             np.testing.assert_array_equal(a, b)
     again = siamese()
-    keras_caffe.importers.api.load_into(again, stored)
+    keras_caffe.importers.net.importing.load_into(again, stored)
     for a, b in zip(again.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the owners' blobs alone are all the net needs
-        keras_caffe.importers.api.load_into(
+        keras_caffe.importers.net.importing.load_into(
             again, {k: [b * 2 for b in v] for k, v in stored.items() if not k.endswith("_p")})
     np.testing.assert_array_equal(again.get_layer("ip1").caffe_blobs()[0], stored["ip1"][0] * 2)
 
@@ -143,7 +143,7 @@ def test_a_sharer_later_in_the_file_wins_as_in_caffe():
     model = siamese()
     blobs = {"ip1": [np.ones((16, 20)), np.ones(16)], "ip2": [np.ones((5, 16)), np.ones(5)],
              "ip1_p": [np.full((16, 20), 3.0), np.full(16, 3.0)]}
-    keras_caffe.importers.api.load_into(model, blobs)
+    keras_caffe.importers.net.importing.load_into(model, blobs)
     np.testing.assert_array_equal(model.get_layer("ip1").caffe_blobs()[0], 3.0)
 
 
@@ -310,7 +310,7 @@ def test_time_runs_a_train_net_whose_labels_come_from_an_input_layer():
     TensorFlow."""
     import math
 
-    from keras_caffe.timing import time_net
+    from keras_caffe.training.timing import time_net
 
     report = time_net(NET, iterations=1, phase="TRAIN")
     assert math.isfinite(report.initial_loss) and report.initial_loss > 0

@@ -14,9 +14,9 @@ import pytest
 import keras_caffe
 from keras_caffe.errors import ArgumentError
 from keras_caffe.importers import training_args
-from keras_caffe.importers.snapshot import (SnapshotError, latest_snapshot, list_snapshots,
+from keras_caffe.importers.snapshots.files import (SnapshotError, latest_snapshot, list_snapshots,
                                             load_snapshot, save_snapshot, snapshot_paths)
-from keras_caffe.importers.snapshot_caffe import EXTRA_FIELD, current_step
+from keras_caffe.importers.snapshots.caffe_format import EXTRA_FIELD, current_step
 from keras_caffe.proto import caffe_pb2
 from support import golden_resume, tiny_mlp
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
-from keras_caffe.importers.analyze import analyze
+from keras_caffe.analysis import analyze
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 from test_pooling_mask import max_pool_with_mask
 

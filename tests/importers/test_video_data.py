@@ -16,10 +16,11 @@ import tensorflow as tf
 
 import keras_caffe
 from keras_caffe.errors import LayerError
-from keras_caffe.importers import images, training_args
-from keras_caffe.importers.analyze import analyze
-from keras_caffe.importers.pipeline_core import DataPipeline
-from keras_caffe.importers.pipelines import layer_pipeline, net_pipeline
+from keras_caffe.importers import training_args
+from keras_caffe.importers.data import images
+from keras_caffe.analysis import analyze
+from keras_caffe.importers.data.pipeline_core import DataPipeline
+from keras_caffe.importers.data.pipelines import layer_pipeline, net_pipeline
 from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS
 

@@ -10,8 +10,8 @@ import pytest
 
 import keras_caffe
 from keras_caffe.errors import ProtoParseError, WeightsError
-from keras_caffe.importers.snapshot import SnapshotError, load_snapshot, save_snapshot
-from keras_caffe.importers.weights import load_weights
+from keras_caffe.importers.snapshots.files import SnapshotError, load_snapshot, save_snapshot
+from keras_caffe.importers.net.weights import load_weights
 
 SOLVER_FIELDS = "net, base_lr, type, lr_policy, max_iter, ..."
 NOT_A_NET = (f"this is a solver file (it sets {SOLVER_FIELDS}), not a net: give it to "
