@@ -4,8 +4,8 @@
 #                      kernel-sensitive tests again with the other CPU kernels (oneDNN / Eigen)
 #                      (Horovod 0.28.1 built first with `keras-caffe install-horovod`)
 #   make test-quick    the edit loop: the tests marked `quick` (no processes, no whole-net
-#                      training; tests/tiers.py), no Horovod build; a few minutes
-#   make test-compat   the tests marked `compat` (tests/tiers.py) in .venv-tf216 (the oldest
+#                      training; tests/support/tiers.py), no Horovod build; a few minutes
+#   make test-compat   the tests marked `compat` (tests/support/tiers.py) in .venv-tf216 (the oldest
 #                      TensorFlow setup.cfg allows, + Horovod) with the CPU kernels TensorFlow
 #                      does not pick by default
 #   make verify-claims the experiments behind the docs' research claims (docs/claims.md); each
@@ -157,7 +157,7 @@ ifeq ($(KERNELS_AGAIN),1)
 endif
 endif
 
-# The edit loop: the tests marked `quick` by conftest.py from tests/tiers.py
+# The edit loop: the tests marked `quick` by conftest.py from tests/support/tiers.py
 # (every file but those that start processes or train whole nets, and no
 # `slow` test), in .venv with TensorFlow's default kernels; Horovod is not
 # built (its unit tests skip without it, as they do outside make test).
@@ -166,7 +166,7 @@ test-quick:
 
 # The oldest TensorFlow setup.cfg allows (2.16: protobuf 4, NumPy 1), with
 # Horovod built by the same command: the tests marked `compat` (those marked
-# `kernels`, and the files tests/tiers.py names: protobuf, HDF5 and NumPy
+# `kernels`, and the files tests/support/tiers.py names: protobuf, HDF5 and NumPy
 # generations, saving formats, tf.data, Horovod's build, installing beside
 # tensorflow-cpu) with the CPU kernels TensorFlow does not pick here, so that
 # with `make test` every kernel-sensitive test runs under both families. Less
@@ -183,8 +183,8 @@ test-durations:
 
 # The research claims of docs/claims.md, each a benchmark at the claim's size
 # that exits 1 when the claim fails (about 20 CPU minutes in all); the suite
-# keeps smoke tests of the same code (tests/test_yellowfin_no_tuning.py,
-# tests/test_yellowfin_closed_loop.py).
+# keeps smoke tests of the same code (tests/optimizers/test_yellowfin_no_tuning.py,
+# tests/optimizers/test_yellowfin_closed_loop.py).
 verify-claims: install
 	$(BIN)/python benchmarks/yellowfin_no_tuning.py --seeds 0,1,2 --check
 	$(BIN)/python benchmarks/yellowfin_closed_loop.py --check

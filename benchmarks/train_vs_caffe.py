@@ -101,7 +101,7 @@ CPU_LINE = re.compile(r"^train_vs_caffe cpu: iteration (\d+) cpu_s ([-+.\deE]+)$
 RATIOS = {"keras_caffe_onednn": "oneDNN / Caffe", "keras_caffe_eigen": "no oneDNN / Caffe"}
 
 
-# -- log parsing (tests/test_benchmark_scripts.py) ---------------------------------------
+# -- log parsing (tests/benchmarks/test_benchmark_scripts.py) ----------------------------
 
 
 def display_windows(text):

@@ -5,7 +5,7 @@
 
 The real optimizer (``YellowFin(closed_loop=True, staleness=workers - 1)``
 and the open loop, ``closed_loop=False``; float32, one XLA-compiled loop per
-run) trains the 100-dimensional noisy quadratic of tests/yellowfin_async.py
+run) trains the 100-dimensional noisy quadratic of tests/support/yellowfin_async.py
 (curvatures 1e-3 .. 1) with gradients computed at stale weights: ``workers``
 asynchronous workers (staleness random, mean ``workers - 1``). Printed: the
 quartiles of the updates each loop takes to reach ``target`` x the initial
@@ -19,8 +19,8 @@ the target wherever the open loop does, every run finite, the loop still
 removing momentum at the end (mu < mu*), and its median within 15% of the
 float64 equations'. ``--check`` (``make verify-claims``) prints each
 failure of ``yellowfin_async.claim_failures`` and exits 1; 0 when the claim
-holds. The experiment lives in tests/yellowfin_async.py
-(tests/test_yellowfin_closed_loop.py runs it at a tiny size as a smoke
+holds. The experiment lives in tests/support/yellowfin_async.py
+(tests/optimizers/test_yellowfin_closed_loop.py runs it at a tiny size as a smoke
 test). Claim, command and last results: docs/claims.md.
 """
 
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 import numpy as np  # noqa: E402
 

@@ -11,7 +11,7 @@ defaults, momentum SGD (mu 0.9) at lr 0.001, 0.01, 0.1, 1 and Adam at lr
 and prints each run's training loss (the mean over the last tenth of the
 steps), YellowFin's final rate and momentum, and whether YellowFin is within
 10% of each family's best (``yf <= 1.1 * best``). The experiment is
-tests/yellowfin_tasks.py (tests/test_yellowfin_no_tuning.py runs it at a tiny
+tests/support/yellowfin_tasks.py (tests/optimizers/test_yellowfin_no_tuning.py runs it at a tiny
 size as a smoke test). ``--yf NAME=VALUE`` passes arguments to YellowFin (to
 see what it would take where the defaults fall short; the claim is about the
 defaults).
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from keras_caffe._checks import check_int
+from keras_caffe.distributed.context import is_chief
 from keras_caffe.training.caffe_log import CaffeLog, SmoothedLoss
 
 
@@ -64,8 +65,6 @@ class CaffeLogger(keras.callbacks.Callback):
         self.log = CaffeLog(stream)
 
     def on_train_begin(self, logs=None):
-        from keras_caffe.distributed.context import is_chief
-
         self.log.enabled = is_chief()  # rank 0 logs under Horovod
         self._losses, self._batch_losses = [], BatchLosses()
         self._last_iteration = self._iteration()

@@ -6,6 +6,7 @@ import os
 import keras
 
 from keras_caffe._checks import check_int
+from keras_caffe.distributed.context import is_chief
 from keras_caffe.errors import ArgumentError
 from keras_caffe.training.random_state import random_states, restore_random_states
 from keras_caffe.importers.snapshots.files import (FORMATS, SnapshotError, load_snapshot,
@@ -69,8 +70,6 @@ class CaffeSnapshot(keras.callbacks.Callback):
 
     def should_write(self):
         """Whether this process writes snapshots (rank 0 under Horovod)."""
-        from keras_caffe.distributed.context import is_chief
-
         return is_chief()
 
     def on_train_begin(self, logs=None):

@@ -83,6 +83,8 @@ def hide_xla_start():
     tf = sys.modules.get("tensorflow")
     if not _state.get("quiet") or tf is None:
         return
+    # here, not at the top: keras_caffe/__init__ imports this module first, and
+    # kernels' `platform` import would add to every start-up, `--help` included
     from keras_caffe.kernels import cpu_only
 
     if not cpu_only():

@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from keras_caffe._serializable import register
+from keras_caffe.proto import caffe_pb2
 
 FILLERS = ("constant", "uniform", "gaussian", "positive_unitball", "xavier", "msra", "bilinear")
 
@@ -103,8 +104,6 @@ class CaffeFiller(keras.initializers.Initializer):
 
 def from_filler(filler, caffe_shape):
     """A ``CaffeFiller`` for a ``FillerParameter`` and the Caffe blob shape it fills."""
-    from keras_caffe.proto import caffe_pb2
-
     count = 1
     for d in caffe_shape:
         count *= d

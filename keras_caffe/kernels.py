@@ -95,7 +95,7 @@ def pool_cpu_memory(lms=False, start=False):
     Support on the CPU plans for freed activations to go back to the system
     (``keras_caffe.lms.execution.return_freed_blocks``), which a pool does not do
     (under a memory ceiling the pool's fragmentation failed
-    tests/test_lms_ceiling.py's step). Without effect once the process has
+    tests/lms/test_lms_ceiling.py's step). Without effect once the process has
     run a TensorFlow op."""
     if lms or tuning_off() or POOLED_CPU_ALLOCATOR in os.environ or onednn_enabled():
         return False

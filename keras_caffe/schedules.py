@@ -31,6 +31,7 @@ from keras import ops
 from keras_caffe._checks import check_int, check_number
 from keras_caffe._floats import float32_value, shown
 from keras_caffe.errors import ArgumentError, SolverError
+from keras_caffe.importers.formats.solver_file import read_solver
 from keras_caffe._serializable import register
 
 
@@ -302,8 +303,6 @@ def from_solver(solver) -> CaffeSchedule:
     a field the policy needs is not set, and ``ArgumentError`` when a field
     has a bad value.
     """
-    from keras_caffe.importers.formats.solver_file import read_solver
-
     param, source = read_solver(solver)
     return schedule_from_param(param, source)
 

@@ -1,5 +1,5 @@
 """Fixtures shared by the suite, and the order its files run in; helpers
-live in support.py."""
+live in the package tests/support."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 from keras_caffe.importers.formats.atomic import atomic_output
 
 from support import GOLDEN
-from tiers import COMPAT, NOT_QUICK
+from support.tiers import COMPAT, NOT_QUICK
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +70,7 @@ def _recorded():
 
 
 def _mark_tiers(items):
-    """The tiers' markers (tests/tiers.py): ``compat`` for tests marked
+    """The tiers' markers (tests/support/tiers.py): ``compat`` for tests marked
     ``kernels`` and files in COMPAT; ``quick`` for tests not marked ``slow``
     in files outside NOT_QUICK."""
     for item in items:

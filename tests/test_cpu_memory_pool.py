@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from forked import run as run_forked
+from support.forked import run as run_forked
 from support import GOLDEN
 
 VAR = "TF_CPU_ALLOCATOR_USE_BFC"

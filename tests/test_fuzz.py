@@ -1,6 +1,6 @@
 """Seeded mutational fuzzing of every file keras-caffe reads (issue 18).
 
-Each target (``tests/fuzz_worker.py``) mutates real files: the golden Caffe
+Each target (``tests/support/fuzz_worker.py``) mutates real files: the golden Caffe
 prototxts and caffemodels (binary and HDF5), the golden solver file,
 solverstates in all three formats written by keras-caffe, records of the
 golden LMDB, and command lines over mutated files. Its cases run in one
@@ -17,13 +17,12 @@ import resource
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-from support import GOLDEN
+from support import GOLDEN, REPO
 
-WORKER = Path(__file__).resolve().parent / "fuzz_worker.py"
+WORKER = REPO / "tests" / "support" / "fuzz_worker.py"
 MEMORY_LIMIT = 4 * 2 ** 30
 CASES = {"prototxt": 60, "caffemodel": 50, "caffemodel_h5": 40, "solver": 30,
          "solverstate_caffe": 30, "solverstate_hdf5": 30, "solverstate_keras": 30, "lmdb": 25,

@@ -1,11 +1,11 @@
-"""The tiers' tables (tests/tiers.py) name files that exist, and conftest.py
+"""The tiers' tables (tests/support/tiers.py) name files that exist, and conftest.py
 turns them into the markers the Makefile selects on."""
 
 from pathlib import Path
 
 import pytest
 
-from tiers import COMPAT, NOT_QUICK
+from support.tiers import COMPAT, NOT_QUICK
 
 TESTS = Path(__file__).resolve().parent
 
@@ -13,7 +13,7 @@ TESTS = Path(__file__).resolve().parent
 @pytest.mark.parametrize("table", [COMPAT, NOT_QUICK], ids=["COMPAT", "NOT_QUICK"])
 def test_every_named_file_exists_and_has_a_reason(table):
     missing = [name for name in table if not (TESTS.parent / name).is_file()]
-    assert missing == [], f"tests/tiers.py names files that are not there: {missing}"
+    assert missing == [], f"tests/support/tiers.py names files that are not there: {missing}"
     assert all(reason.strip() for reason in table.values())
 
 

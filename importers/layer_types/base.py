@@ -15,7 +15,7 @@ registered with ``@layer_type``::
         def build(self, layer, bottoms, ctx):        # the Keras layers
             return [ctx.elementwise(keras.layers.ReLU(...), bottoms[0])]
 
-The pieces (the registry-wide test, ``tests/importers/test_registry.py``,
+The pieces (the registry-wide test, ``tests/importers/net/test_registry.py``,
 fails for a built-in type that lacks one):
 
 - ``shapes(layer, bottoms, state)``: the parameter checks and the shape rule,
@@ -28,7 +28,7 @@ fails for a built-in type that lacks one):
 - ``examples``: small layers (parameters and bottom shapes) that the
   registry-wide test imports, runs in both data formats and analyzes.
 - ``origin``: BVLC Caffe, or the fork the type comes from.
-- a test marked ``@pytest.mark.converter(type)``.
+- a test marked ``@pytest.mark.layer_type(type)``.
 - data layers only: ``source_shapes(layer, net_source)`` (the tops' shapes
   from the layer's parameters or its source's first record, as Caffe's
   ``DataLayerSetUp`` finds them) and ``pipeline(layer, ctx)`` (its tf.data).

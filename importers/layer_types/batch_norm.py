@@ -111,7 +111,7 @@ def _scale_axes(layer, bottoms):
     else:
         num_axes = len(shape) - axis if p.num_axes == -1 else p.num_axes
     if num_axes < 0 or axis + num_axes > len(shape):
-        # Unprefixed: tests/importers/test_converters_learned.py pins this wording.
+        # Unprefixed: tests/importers/layer_types/test_learned.py pins this wording.
         raise LayerError(layer.name, f"axis {p.axis} with num_axes {num_axes} does not fit "
                                      f"the input shape {fmt(shape)}")
     return axis, num_axes
@@ -119,7 +119,7 @@ def _scale_axes(layer, bottoms):
 
 def _second_bottom_axes(layer, shape, axis, factor):
     if axis != 0:
-        # Unprefixed: tests/importers/test_converters_learned.py pins this wording.
+        # Unprefixed: tests/importers/layer_types/test_learned.py pins this wording.
         raise LayerError(layer.name, "two-bottom Scale needs axis: 0 (the scale blob "
                                      f"{fmt(factor)} starts with the batch axis)")
     if layer.scale_param.bias_term:

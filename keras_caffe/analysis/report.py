@@ -7,6 +7,7 @@ from keras_caffe.analysis.communication import (
     reduction_tree_time,
     ring_allreduce_time,
 )
+from keras_caffe.analysis.tables import Column, Grid, to_rich
 from keras_caffe.analysis.units import BYTES_PER_VALUE, MB
 
 
@@ -154,8 +155,6 @@ class Report:
     def grid(self):
         """The per-layer table's data (``keras_caffe.analysis.tables.Grid``): one
         row per layer and a total row, every number whole."""
-        from keras_caffe.analysis.tables import Column, Grid
-
         grid = Grid(f"{self.name}: batch {self.batch}, phase {self.phase}",
                     [Column("layer"), Column("type"), Column("output shape"),
                      Column("weights", True), Column("|W| (MB)", True), Column("|D| (MB)", True),
@@ -172,8 +171,6 @@ class Report:
 
     def communication_grid(self):
         """The three communication times' table data."""
-        from keras_caffe.analysis.tables import Column, Grid
-
         grid = Grid(f"data-parallel communication per step: {self.workers} worker(s), "
                     f"{self.bandwidth * 8 / 1e9:g} Gbit/s, |W| = {_mb(self.weight_bytes)} MB",
                     [Column("scheme"), Column("formula"), Column("seconds", True)])
@@ -187,14 +184,10 @@ class Report:
 
     def table(self):
         """A ``rich.table.Table``: one row per layer and a total row."""
-        from keras_caffe.analysis.tables import to_rich
-
         return to_rich(self.grid())
 
     def communication_table(self):
         """A ``rich.table.Table`` of the three communication times."""
-        from keras_caffe.analysis.tables import to_rich
-
         return to_rich(self.communication_grid())
 
     def __rich__(self):

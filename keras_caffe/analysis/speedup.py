@@ -30,9 +30,12 @@ import re
 from keras_caffe.errors import ArgumentError
 from keras_caffe.analysis.communication import (
     parameter_server_time,
+    parse_bandwidth,
     reduction_tree_time,
     ring_allreduce_time,
 )
+from keras_caffe.analysis.core import analyze
+from keras_caffe.analysis.tables import Column, Grid, to_rich
 from keras_caffe.analysis.units import MB
 
 #: (key, label, function) of the communication schemes, in table order.
@@ -177,8 +180,6 @@ class Scaling:
 
     def grid(self):
         """The table's data (``keras_caffe.analysis.tables.Grid``): one row per worker count."""
-        from keras_caffe.analysis.tables import Column, Grid
-
         columns = [Column("p", True), Column("batch/worker", True), Column("compute (ms)", True)]
         for _, label, _ in SCHEMES:
             columns += [Column(f"{label}\ncomm (ms)", True), Column("step (ms)", True),
@@ -199,8 +200,6 @@ class Scaling:
 
     def table(self):
         """A ``rich.table.Table``: one row per worker count."""
-        from keras_caffe.analysis.tables import to_rich
-
         return to_rich(self.grid())
 
     def __rich__(self):
@@ -226,8 +225,6 @@ def scaling(report, workers=DEFAULT_WORKERS, device_flops=None, *, bandwidth=Non
         ArgumentError: bad ``workers`` (also: more workers than samples),
             ``device_flops``, ``bandwidth`` or ``overlap``.
     """
-    from keras_caffe.analysis.communication import parse_bandwidth
-
     counts = parse_workers(workers)
     if device_flops is None:
         raise ArgumentError("analyze", "device_flops",
@@ -266,8 +263,6 @@ def analyze_scaling(net, workers=1, device_flops=None, *, batch=1, bandwidth="10
     ``analyze``'s. A scaling table is built
     when ``device_flops`` is given; a list of several counts needs it.
     """
-    from keras_caffe.analysis.core import analyze
-
     counts = parse_workers(workers)
     if device_flops is None and len(counts) > 1:
         raise ArgumentError("analyze", "device_flops",

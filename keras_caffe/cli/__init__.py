@@ -28,13 +28,15 @@ import contextlib
 import os
 import sys
 
-from keras_caffe import _cli_quiet
+from keras_caffe import __version__, _cli_quiet
+from keras_caffe._require import tensorflow_distributions
 from keras_caffe.cli._registry import COMMANDS, argument_wording, cli_wording, options
 # The subcommands, in the order of `keras-caffe --help`.
 from keras_caffe.cli import (  # noqa: F401
     import_cmd, export_cmd, analyze_cmd, train_cmd, test_cmd, time_cmd, device_query_cmd,
     install_horovod_cmd)
 from keras_caffe.cli.import_cmd import layer_table, save_atomically  # noqa: F401
+from keras_caffe.errors import ArgumentError, KerasCaffeError
 
 __all__ = ["main"]
 
@@ -50,7 +52,7 @@ def main(argv=None):
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from keras_caffe.errors import ArgumentError, KerasCaffeError
+    # here, not at the top: kernels imports `platform`, which would slow `--help`'s start-up
     from keras_caffe.kernels import POOLED_CPU_ALLOCATOR, pool_cpu_memory
 
     entry = COMMANDS[args.command]
@@ -61,7 +63,9 @@ def main(argv=None):
             # before any command runs a TensorFlow op (not under --lms: see its docstring);
             # it imports TensorFlow
             pooled = pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
-            import keras_caffe._api  # noqa: F401  Keras, the API and the .keras serializables
+            # here, not at the top: the API (Keras, the .keras serializables) imports
+            # TensorFlow, only once the arguments are parsed and the inputs found
+            import keras_caffe._api  # noqa: F401
         with _pooling_rule(args):
             return entry.run(args) or 0
     except (KerasCaffeError, OSError) as err:
@@ -84,6 +88,7 @@ def _pooling_rule(args):
     """The ``pooling_rule`` block of ``--pooling-rule`` (none for a command without it)."""
     if getattr(args, "pooling_rule", None) is None:
         return contextlib.nullcontext()
+    # here, not at the top: keras_caffe.importers imports TensorFlow (start-up)
     from keras_caffe.importers import pooling_rule
 
     return pooling_rule(args.pooling_rule)
@@ -121,9 +126,6 @@ def version():
     """``keras-caffe X (TensorFlow Y, Keras Z)``, from the installed packages'
     metadata (importing TensorFlow takes seconds)."""
     import importlib.metadata
-
-    from keras_caffe import __version__
-    from keras_caffe._require import tensorflow_distributions
 
     found = tensorflow_distributions()
     tensorflow = found[0][1] if found else "not installed"

@@ -21,6 +21,8 @@ import dataclasses
 import os
 from typing import Callable
 
+from keras_caffe.errors import KerasCaffeError
+
 
 @dataclasses.dataclass(frozen=True)
 class Command:
@@ -70,8 +72,6 @@ def command(name, *, help, description=None, arguments, inputs=(), input_lists=(
 
 def usage(message):
     """A command-line mistake: ``keras-caffe: error: <message>``, exit 2."""
-    from keras_caffe.errors import KerasCaffeError
-
     return KerasCaffeError(message)
 
 

@@ -8,7 +8,7 @@ instructions it has (AVX2, AVX-512, ...), and whether TensorFlow's oneDNN
 kernels are on.
 """
 
-from keras_caffe.cli._registry import command
+from keras_caffe.cli._registry import command, usage
 
 #: The CPU flags worth showing for TensorFlow's kernels.
 CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
@@ -51,8 +51,6 @@ def run(args):
 def device_info(gpu=None):
     """A dict of TensorFlow's build, devices, GPUs and CPU (see the module docstring)."""
     import tensorflow as tf
-
-    from keras_caffe.cli._registry import usage
 
     build = tf.sysconfig.get_build_info()
     gpus = tf.config.list_physical_devices("GPU")

@@ -38,6 +38,7 @@ def _arguments(parser):
                      "same check, when they all match.",
          arguments=_arguments)
 def run(args):
+    # here, not at the top: the build's modules would add to `keras-caffe --help`'s start-up
     from keras_caffe import horovod_build
 
     return horovod_build.main(args)

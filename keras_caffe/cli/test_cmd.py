@@ -43,6 +43,7 @@ def _arguments(parser):
                      "average loss and each output averaged over the batches, as `caffe test`.",
          arguments=_arguments, inputs=("model", "weights"), check=_check)
 def run(args):
+    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe.training.scoring import score_net
 
     hide_xla_start()
@@ -59,6 +60,7 @@ def run(args):
 
 
 def _print(scores, style):
+    # here, not at the top: caffe_log imports numpy, which would slow `--help`'s start-up
     from keras_caffe.training.caffe_log import CaffeLog, number
 
     if style == "caffe":

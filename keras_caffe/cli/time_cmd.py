@@ -33,6 +33,7 @@ def _arguments(parser):
                      "Also: the net as one compiled function, as training runs it.",
          arguments=_arguments, inputs=("model",), check=_check)
 def run(args):
+    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe.training.timing import print_timing, time_net
 
     hide_xla_start()

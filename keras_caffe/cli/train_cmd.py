@@ -105,6 +105,7 @@ def _arguments(parser):
          arguments=_arguments, inputs=("solver", "snapshot"), input_lists=("weights",),
          check=_check)
 def run(args):
+    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe.lms.policy import from_cli
 
     lms = from_cli(args.lms, args.lms_frac, args.lms_parts)
@@ -138,6 +139,7 @@ def _lms_log(enabled):
 def _train_devices(args):
     """The devices of ``--gpu`` / ``--devices`` (None: the solver file's
     choice), after ``--cpu-devices`` split the CPU."""
+    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe import distributed
 
     if args.cpu_devices is not None:
@@ -188,8 +190,9 @@ def _split_cpu(count):
 
 
 def _train(args, lms):
+    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe import distributed
-    from keras_caffe.training.solver import Solver
+    from keras_caffe.training.solver import Solver  # TensorFlow, as above
 
     devices = _train_devices(args)
     hide_xla_start()

@@ -3,7 +3,8 @@
 import importlib
 import sys
 
-from keras_caffe.errors import HorovodUnavailableError  # noqa: F401  (defined there)
+# HorovodUnavailableError: defined in keras_caffe.errors, re-exported here
+from keras_caffe.errors import DistributedError, HorovodUnavailableError  # noqa: F401
 
 INSTALL_HINT = (
     "keras_caffe.distributed needs Horovod 0.28.1 built for TensorFlow with Gloo: "
@@ -39,8 +40,6 @@ def initialized(owner=None):
     hvd = loaded()
     if hvd is None:
         horovod()
-        from keras_caffe.errors import DistributedError
-
         prefix = f"{owner}: " if owner else ""
         raise DistributedError(f"{prefix}Horovod is not initialized: call "
                                "keras_caffe.distributed.init() first")

@@ -16,6 +16,7 @@ optimizer's iteration, so a resumed run continues the same curve.
 import keras
 from keras import ops
 
+from keras_caffe.distributed.context import size
 from keras_caffe.errors import ArgumentError
 
 
@@ -39,8 +40,6 @@ class ScaledLearningRate(keras.optimizers.schedules.LearningRateSchedule):
                                     f"LearningRateSchedule, got {base!r}")
             base = float(base)
         if workers is None:
-            from keras_caffe.distributed.context import size
-
             workers = size()
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ArgumentError(owner, "workers", f"must be a positive integer, got {workers!r}")

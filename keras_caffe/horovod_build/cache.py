@@ -32,6 +32,7 @@ failed build stores nothing.
 
 import datetime
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -144,6 +145,17 @@ def elapsed(seconds):
     """``9 s``, ``5 min 21 s``."""
     seconds = round(seconds)
     return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60} s"
+
+
+def keras_caffe_version():
+    """The installed keras-caffe's version, for the manifest: from the
+    package's metadata, as ``keras-caffe --version`` reads TensorFlow's and
+    Keras's (not ``keras_caffe.__version__``: the build sits below the
+    package root, which imports the public API)."""
+    try:
+        return importlib.metadata.version("keras-caffe")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "not installed"
 
 
 def _compiler_words(parts):
@@ -271,8 +283,6 @@ class BuildCache:
         which puts the new one in its place (the old one renamed aside
         first). Raises ``OSError``; then no ``key`` folder was created.
         """
-        from keras_caffe import __version__
-
         wheel = Path(wheel)
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_stale()
@@ -288,7 +298,7 @@ class BuildCache:
                 "wheel sha256": sdist.sha256_of(temp / wheel.name),
                 "built": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "build time": elapsed(build_seconds),
-                "keras-caffe": __version__,
+                "keras-caffe": keras_caffe_version(),
                 "components": parts,
             }
             (temp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n",

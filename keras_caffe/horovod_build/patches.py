@@ -213,6 +213,8 @@ def _read(root, path, where):
 def _write_atomically(path, text):
     """``text`` over ``path`` through a temporary file and a rename, keeping
     the file's mode; an ``OSError`` names ``path``, not the temporary file."""
+    # here, not at the top: keras_caffe.importers' package imports TensorFlow, and
+    # keras_caffe.horovod_build imports without it (loaded only when a patch is written)
     from keras_caffe.importers.formats.atomic import user_error
 
     tmp = None

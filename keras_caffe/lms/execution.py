@@ -29,7 +29,7 @@ Eigen's CPU kernels (2 cores, under load), training the golden SGD net with
 40), ``ip1``'s gradient with ``ip2``'s weights as that same step's update
 had left them (a float64 replay with the updated weights reproduces the
 wrong step exactly); it did not happen with Grappler's dependency optimizer
-off. ``tests/test_lms_ordering.py`` checks the ordering on the graph,
+off. ``tests/lms/test_lms_ordering.py`` checks the ordering on the graph,
 ``benchmarks/lms_race.py`` counts wrong steps.
 
 Eagerly (a ``tf.GradientTape`` step outside ``tf.function``,

@@ -47,6 +47,7 @@ import numpy as np
 
 from keras_caffe.devices import fmt_bytes
 from keras_caffe.errors import ArgumentError, KerasCaffeError, LayerError
+from keras_caffe.layers.conv import Convolution
 
 _SIZES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
@@ -139,7 +140,7 @@ class Graph:
         workspace is at most two activations. 1 when no workspace is larger
         than that, or one of its layers is not per-sample.
 
-        Why two, measured on ``tests/lms_support.py``'s ceiling net (3x3
+        Why two, measured on ``tests/support/lms.py``'s ceiling net (3x3
         convolutions, workspace 9 activations; Eigen, TF 2.21, 2-core AMD
         EPYC): for 1 / 3 / 4 / 5 / 9 parts the step's peak virtual size
         over its start was 350 / 297 / 293 / 279-283 / 305-309 MiB and its
@@ -186,8 +187,6 @@ def _im2col_per_output(layer):
     as one contraction (Keras's Conv1D/2D/3D and Caffe's non-depthwise
     Convolution): ``k_h k_w C_in/group / C_out``; else 0. Depthwise and
     transposed convolutions have kernels of their own with bounded buffers."""
-    from keras_caffe.layers.conv import Convolution
-
     if not isinstance(layer, (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D,
                               Convolution)) or getattr(layer, "depthwise", False):
         return 0.0

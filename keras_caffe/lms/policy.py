@@ -31,10 +31,10 @@ What happens (see ``lms_graph`` and ``lms_exec`` for the mechanisms):
 
 The numbers do not change: remat recomputes the same operations from the
 same values and staging copies them, so loss and gradients equal those
-without LMS (tests/test_lms_numbers.py checks 1e-6 relative), whichever way
+without LMS (tests/lms/test_lms_numbers.py checks 1e-6 relative), whichever way
 the model trains: an eager ``tf.GradientTape`` step, a ``tf.function``,
 ``model.fit`` (traced or ``run_eagerly``) or the ``Solver``
-(tests/test_lms_entry_points.py).
+(tests/lms/test_lms_entry_points.py).
 
 Measured findings behind this design (Keras 3.15, TensorFlow 2.21, CPU):
 Keras's own ``keras.RematScope(mode="larger_than")`` rematerializes each
@@ -57,6 +57,7 @@ import weakref
 import keras
 
 from keras_caffe._checks import check_number
+from keras_caffe.analysis import analyze
 from keras_caffe.errors import ArgumentError, KerasCaffeError
 from keras_caffe.importers.layer_types._data import source_types
 from keras_caffe.devices import compute_device, device_memory, fmt_bytes, gpu_rates
@@ -389,8 +390,6 @@ class Planner:
             return None
 
     def _analyze(self, batch):
-        from keras_caffe.analysis import analyze
-
         net = self.caffe_net
         return analyze(net["param"], batch=batch, phase=net["phase"], level=net["level"],
                        stages=net["stages"], input_shapes=net["input_shapes"] or None)

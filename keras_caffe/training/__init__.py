@@ -1,3 +1,5 @@
-"""Caffe's training loop: ``Solver`` (``keras-caffe train``), its compiled
-step, signals, Caffe's log lines, progress, the resume state and random
-states snapshots carry, and ``caffe test``'s scoring."""
+"""Caffe's training loop: ``Solver`` (``keras-caffe train``) and its set-up
+(options, placement on workers and devices, nets and optimizer, LMS,
+fine-tuning weights, snapshot files), its compiled step, signals, Caffe's
+log lines, progress, the resume state and random states snapshots carry,
+and ``caffe test``'s scoring and ``caffe time``'s timing."""

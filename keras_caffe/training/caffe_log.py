@@ -70,6 +70,32 @@ class CaffeLog:
         stream.write(prefix + message + "\n")
         stream.flush()
 
+    # -- the Solver's set-up: Solver::Init, Net::CopyTrainedLayersFrom ----------
+
+    def scaffolding(self, device, jit, seed, engine=""):
+        """The end of the Solver's set-up: device, XLA, seed and ``engine``
+        (the workers or devices it trains on; empty alone)."""
+        self.line("solver.cpp:57", f"Solver scaffolding done ({device}, XLA "
+                                   f"{'on' if jit else 'off'}, random_seed {seed}{engine}).")
+
+    def creating_net(self, phase, name):
+        """``Creating training net from ...`` (TRAIN) / ``Creating test net from ...``."""
+        if phase == "TRAIN":
+            self.line("solver.cpp:102", f"Creating training net from {name}")
+        else:
+            self.line("solver.cpp:190", f"Creating test net from {name}")
+
+    def finetuning(self, path):
+        self.line("solver.cpp:72", f"Finetuning from {path}")
+
+    def copied_layers(self, order, copied, ignored):
+        """Net::CopyTrainedLayersFrom's line per source layer, in the file's ``order``."""
+        for name in order:
+            if name in copied:
+                self.line("net.cpp:749", f"Copying source layer {name}")
+            elif name in ignored:
+                self.line("net.cpp:746", f"Ignoring source layer {name}")
+
     # -- the messages of Solver::Solve and Solver::Step -------------------------
 
     def solving(self, net_name, policy):
@@ -115,6 +141,9 @@ class CaffeLog:
 
     def restoring(self, path):
         self.line("solver.cpp:442", f"Restoring previous solver status from {path}")
+
+    def stopped_early(self):
+        self.line("solver.cpp:311", "Optimization stopped early.")
 
     def finished(self, iteration, smoothed_loss=None):
         if smoothed_loss is not None:

@@ -1,17 +1,20 @@
 """The Solver's resume state, as a snapshot carries it, validated like user input.
 
-``Solver._state()`` writes ``{"version", "seed", "net", "train_batches",
-"tests_done", "test_batches", "rng"}`` into every snapshot (JSON, beside
-Caffe's own fields). A resume reads it back from a file that may be broken
-or hostile, so each value is checked (type and range) before anything
-changes: a position must be an integer a ``tf.data`` counter can hold, the
-test positions one per test net, the random-generator states pairs of
-integers. Any other value is a ``SnapshotError`` naming the file and the
-key.
+``make_state()`` makes ``{"version", "seed", "net", "train_batches",
+"tests_done", "test_batches", "rng"}``, which the Solver writes into every
+snapshot (JSON, beside Caffe's own fields). A resume reads it back from a
+file that may be broken or hostile, so each value is checked (type and
+range) before anything changes: a position must be an integer a
+``tf.data`` counter can hold, the test positions one per test net, the
+random-generator states pairs of integers. Any other value is a
+``SnapshotError`` naming the file and the key. A snapshot without it
+(Caffe's own) gives its positions by its iteration (``caffe_positions``).
 """
 
 from keras_caffe.importers.snapshots.file_io import SnapshotError
 
+#: The format of the state ``make_state()`` makes; ``check`` refuses any other.
+VERSION = 1
 #: The largest data position accepted (batches; tf.data counts in int64).
 MAX_POSITION = 2 ** 62
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
@@ -32,7 +35,26 @@ def _rng(value):
         and all(_is_int(v, *_INT64) for v in pair) for path, pair in value.items())
 
 
-def check(path, state, test_nets, version):
+def make_state(*, seed, net, train_batches, tests_done, test_batches, rng):
+    """The resume state of a Solver: its data ``seed``, its train net's
+    name, the data positions (batches read by the train stream, tests run,
+    batches read by each test stream) and the random-generator states."""
+    return {"version": VERSION, "seed": seed, "net": net, "train_batches": train_batches,
+            "tests_done": tests_done, "test_batches": list(test_batches), "rng": rng}
+
+
+def caffe_positions(param, iteration):
+    """``(tests_done, train_batches, test_batches)`` after ``iteration``
+    iterations of the solver ``param``: what a snapshot without a resume
+    state (Caffe's own) implies, as Caffe's loop reads and tests."""
+    tests = 0
+    if param.test_interval:
+        tests = sum(1 for t in range(0, iteration, param.test_interval)
+                    if t > 0 or param.test_initialization)
+    return tests, iteration * param.iter_size, [tests * n for n in param.test_iter]
+
+
+def check(path, state, test_nets, version=VERSION):
     """``state`` if it is a valid resume state of format ``version`` for a
     solver with ``test_nets`` test nets, or holds none (Caffe's own
     snapshot, ``model.fit``'s); else ``SnapshotError(path, ...)``."""

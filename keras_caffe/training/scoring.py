@@ -12,6 +12,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_caffe.errors import KerasCaffeError
+from keras_caffe.importers.data.pipelines import net_pipeline
+from keras_caffe.importers.layer_types._data import producing_types
+from keras_caffe.importers.net.importing import import_net
+from keras_caffe.training.step import NetOutputs, resolve_jit
 
 
 class Scores:
@@ -36,11 +40,6 @@ def score_net(net, weights, *, iterations=50, phase="TEST", data_format="channel
               jit_compile="auto", input_shapes=None):
     """Score ``net`` (a prototxt path, its text or a NetParameter) with
     ``weights`` over ``iterations`` batches of its data layers; a ``Scores``."""
-    from keras_caffe.importers.net.importing import import_net
-    from keras_caffe.importers.layer_types._data import producing_types
-    from keras_caffe.importers.data.pipelines import net_pipeline
-    from keras_caffe.training.step import NetOutputs, resolve_jit
-
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise KerasCaffeError(f"test: iterations must be an integer >= 1, got {iterations!r}")
     imported = import_net(net, weights, phase=phase, data_format=data_format,

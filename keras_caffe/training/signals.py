@@ -26,6 +26,9 @@ import signal
 import threading
 from typing import NamedTuple
 
+import tensorflow as tf
+
+from keras_caffe.distributed._hvd import loaded
 from keras_caffe.errors import ArgumentError
 
 #: The effects Caffe accepts for ``-sigint_effect`` / ``-sighup_effect``.
@@ -44,6 +47,12 @@ class Request(NamedTuple):
 
     def __bool__(self):
         return self.snapshot or self.stop
+
+    @property
+    def who(self):
+        """The signals' names joined (``"SIGINT+SIGHUP"``); none here: the
+        request came from another worker (``agree``)."""
+        return "+".join(self.signals) or "a signal to another worker"
 
 
 NOTHING = Request()
@@ -103,18 +112,24 @@ class SignalEffects:
         return Request("snapshot" in effects, "stop" in effects, names)
 
 
+def requested(effects, distributed):
+    """What the signals ask at one of the solver's looks: ``effects``'
+    ``take()`` (``NOTHING`` when no ``SignalEffects`` is active, ``effects``
+    None), agreed among the workers when ``distributed``."""
+    if effects is None:
+        return NOTHING
+    request = effects.take()
+    return agree(request) if distributed else request
+
+
 def agree(request):
     """Under Horovod with several workers: the request of any worker, on
     every worker (one all-reduce of two flags), so that all of them stop,
     or snapshot, at the same iteration. Every worker must call it at the
     same points; one worker: ``request`` unchanged."""
-    from keras_caffe.distributed._hvd import loaded
-
     hvd = loaded()
     if hvd is None or hvd.size() == 1:
         return request
-    import tensorflow as tf
-
     flags = tf.constant([int(request.snapshot), int(request.stop)], tf.int32)
     total = hvd.allreduce(flags, op=hvd.Sum, name="keras_caffe_signal_check").numpy()
     return Request(bool(total[0]), bool(total[1]), request.signals)

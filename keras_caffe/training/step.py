@@ -25,6 +25,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_caffe.errors import KerasCaffeError
+from keras_caffe.kernels import cpu_only
 
 
 def update_jit(jit_compile):
@@ -35,9 +36,7 @@ def update_jit(jit_compile):
     weight decay) took 35 ms against 180 ms with Eigen's kernels and 28
     against 55-85 ms with oneDNN's (TF 2.21, 2-core AMD EPYC). Caffe's
     solvers compute with XLA within their golden tolerance
-    (tests/test_golden_solvers.py)."""
-    from keras_caffe.kernels import cpu_only
-
+    (tests/optimizers/test_golden_solvers.py)."""
     return bool(jit_compile) or cpu_only()
 
 

@@ -43,7 +43,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_caffe.analysis.tables import Column, Grid, print_grid
 from keras_caffe.errors import KerasCaffeError
+from keras_caffe.importers import layer_types
+from keras_caffe.importers.data.pipelines import net_pipeline
+from keras_caffe.importers.layer_types._data import producing_types
+from keras_caffe.importers.net.importing import caffe_parts, import_net
+from keras_caffe.training.caffe_log import CaffeLog, number
+from keras_caffe.training.step import NetOutputs, resolve_jit
 
 #: The remainder row's name.
 REMAINDER = "framework / not attributed"
@@ -119,9 +126,6 @@ def time_net(net, *, iterations=50, phase="TRAIN", data_format="channels_last",
     """Time ``net`` (a prototxt path, its text or a NetParameter) as ``caffe
     time`` does (see the module docstring); returns a ``TimingReport``.
     ``input_shapes`` as ``import_model``'s."""
-    from keras_caffe.importers.net.importing import import_net
-    from keras_caffe.training.step import resolve_jit
-
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise KerasCaffeError(f"time: iterations must be an integer >= 1, got {iterations!r}")
     jit = resolve_jit(jit_compile)
@@ -169,12 +173,8 @@ def _first_batch(imported, phase, data_format):
     layers reads their pipelines; plain Input layers get random normal
     values (as ``caffe time`` runs on whatever its input blobs hold) and
     their label tops zeros (class 0, what a fresh Caffe blob holds)."""
-    from keras_caffe.importers.layer_types._data import producing_types
-
     model = imported.model
     if any(layer.type in producing_types() for layer in imported.net.layer):
-        from keras_caffe.importers.data.pipelines import net_pipeline
-
         pipe = net_pipeline(imported.net, phase, net_source=imported.source,
                             data_format=data_format)
         iterator = iter(pipe.dataset().repeat())
@@ -198,8 +198,6 @@ def _steps(imported, batch, reader, training, jit):
     """A ``_Step`` per Caffe layer, in the net's order (Keras layers the
     importer added without a Caffe layer of their own after the one they
     follow)."""
-    from keras_caffe.importers import layer_types
-
     model = imported.model
     groups, extra = _keras_groups(imported)
     activation = _activations(model, batch, training)
@@ -264,8 +262,6 @@ def _owner(layer, names, by_keras):
 
 
 def _why_empty(layer, model):
-    from keras_caffe.importers.net.importing import caffe_parts
-
     part = caffe_parts(model).get(layer.name)
     if part is not None:
         return f"computed in {getattr(part[0], 'caffe_name', part[0].name)}"
@@ -336,8 +332,6 @@ def _chain(functions):
 def _loss_outputs(imported, batch, training):
     """``{Caffe layer name: (NetOutput, prediction value, label value)}`` of
     the loss and Accuracy layers."""
-    from keras_caffe.training.step import NetOutputs
-
     model = imported.model
     spec = getattr(model, "caffe_training", None)
     if not spec or not getattr(spec, "outputs", None):
@@ -383,8 +377,6 @@ def _compiled_step(model, batch, training, jit, iterations, sync):
     """``(initial loss, forward ms, forward-backward ms)`` of the whole net as
     one compiled function (forward with its losses; gradients of every
     weight, no update), averages over ``iterations``."""
-    from keras_caffe.training.step import NetOutputs
-
     outputs = NetOutputs(model) if getattr(model, "caffe_training", None) else None
 
     @tf.function(jit_compile=jit)
@@ -423,15 +415,11 @@ def print_timing(report, style="table", stream=None):
     if style == "caffe":
         _print_caffe_log(report, stream)
         return
-    from keras_caffe.analysis.tables import print_grid
-
     print_grid(timing_grid(report), file=stream)
 
 
 def timing_grid(report):
     """The report's table: a row per Caffe layer, the remainder, the measured passes."""
-    from keras_caffe.analysis.tables import Column, Grid
-
     grid = Grid(f"{report.net_name}: average of {report.iterations} iterations, "
                 f"{report.device}, XLA {'on' if report.jit else 'off'}",
                 [Column("layer"), Column("type"), Column("forward ms", True),
@@ -458,8 +446,6 @@ def _ms(value):
 
 
 def _print_caffe_log(report, stream):
-    from keras_caffe.training.caffe_log import CaffeLog, number
-
     log = CaffeLog(stream)
     log.line("caffe.cpp:356", f"Initial loss: {number(report.initial_loss)}")
     log.line("caffe.cpp:366", f"Testing for {report.iterations} iterations.")

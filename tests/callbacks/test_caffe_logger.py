@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import keras_caffe
-from caffe_log_parser import PREFIX, parse, rates
+from support.caffe_log_parser import PREFIX, parse, rates
 from keras_caffe.callbacks import CaffeLogger
 from keras_caffe.errors import ArgumentError
 

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from hvd_support import HERE, check, horovodrun, require_horovod
+from support.horovod_jobs import HERE, check, horovodrun, require_horovod
 
 WORKER = HERE / "collectives_worker.py"
 RANK_SEED_STRIDE = 1000003

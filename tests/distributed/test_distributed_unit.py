@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hvd_support import check, python, require_horovod
+from support.horovod_jobs import check, python, require_horovod
 
 import keras_caffe
 import keras_caffe.distributed as kd
@@ -529,7 +529,7 @@ def test_loss_scaling_outside_the_all_reduce_is_refused():
 def test_cli_train_under_horovodrun_without_horovod_says_how_to_install(tmp_path):
     """``keras-caffe train`` started by horovodrun (its environment variables
     set) where Horovod cannot be imported: exit 1 and one error line."""
-    from hvd_support import python
+    from support.horovod_jobs import python
 
     from keras_caffe.distributed._hvd import INSTALL_HINT
 

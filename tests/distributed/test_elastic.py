@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hvd_support import (
+from support.horovod_jobs import (
     FIT_WORKER, Cases, check, discovery_script, horovodrun_elastic, require_horovod, selected)
-from test_solver_distributed import add_train, caffemodel, lenet  # noqa: F401 - fixture
+from distributed.test_solver_distributed import add_train, caffemodel, lenet  # noqa: F401 - fixture
 
 STEPS = 20
 ELASTIC_CLI = FIT_WORKER.parent / "elastic_cli.py"

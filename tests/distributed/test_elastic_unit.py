@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from hvd_support import require_horovod
+from support.horovod_jobs import require_horovod
 
 import keras_caffe
 import keras_caffe.distributed as kd
@@ -189,7 +189,7 @@ def test_cli_commit_every_needs_elastic(capsys):
 def test_without_horovod_elastic_says_how_to_install(tmp_path):
     """``kd.elastic`` needs Horovod: without it, one ``HorovodUnavailableError``
     naming the install command; the rest of the package and ElasticCommit import."""
-    from hvd_support import check, python
+    from support.horovod_jobs import check, python
 
     from keras_caffe.distributed._hvd import INSTALL_HINT
 

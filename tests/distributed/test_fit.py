@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hvd_support import FIT_WORKER, Cases, require_horovod
+from support.horovod_jobs import FIT_WORKER, Cases, require_horovod
 
 STEPS = 20
 OPTIMIZERS = ["sgd", "adam", "yellowfin", "yellowfin-xla"]

@@ -8,8 +8,8 @@ import re
 import signal
 import subprocess
 
-from hvd_support import environment, horovodrun_exe, note_launch, require_horovod
-from train_runs import FOREVER, TIMEOUT, command, golden_folder, snapshots
+from support.horovod_jobs import environment, horovodrun_exe, note_launch, require_horovod
+from support.train_runs import FOREVER, TIMEOUT, command, golden_folder, snapshots
 
 
 def worker(launcher, rank):

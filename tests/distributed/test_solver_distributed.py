@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hvd_support import Cases, caffemodel, environment, note_launch, require_horovod, selected
+from support.horovod_jobs import Cases, caffemodel, environment, note_launch, require_horovod, selected
 
 REPO = Path(__file__).resolve().parents[2]
 LENET = REPO / "examples" / "lenet_solver"

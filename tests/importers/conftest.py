@@ -1,4 +1,4 @@
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "converter(type): the test checks the converter of this Caffe layer type"
+        "markers", "layer_type(type): the test checks the unit of this Caffe layer type"
     )
