@@ -46,7 +46,7 @@ def main():
 
     import keras_caffe
     from keras_caffe.lms import execution as lms_exec
-    from keras_caffe.importers.net.importing import caffe_layers
+    from keras_caffe.importers.net.blobs import caffe_layers
 
     case = Path(args.golden) / "solvers" / "sgd"
     ours = lms_exec._recomputing

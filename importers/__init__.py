@@ -1,24 +1,44 @@
-"""Readers for Caffe's files (installed as ``keras_caffe.importers``).
+"""Caffe's files and nets on the Keras side (installed as ``keras_caffe.importers``).
 
-- ``protofile``: text (.prototxt) and binary (.caffemodel, .binaryproto,
-  .solverstate) protocol buffer files, with errors that name file:line:column.
-- ``solver``: solver files, upgraded from the legacy ``solver_type`` enum.
-- ``import_model``: a Caffe net (+ weights) -> a Keras model, through one
-  registered converter per layer type (``layer_types/``). ``import_net``
-  also returns the filtered net and its blobs (an ``ImportedNet``), and
-  ``layer_summary`` lists its layers as ``keras-caffe import`` does.
-- ``net_pipeline`` / ``layer_pipeline``: the data layers (LMDB Data,
-  ImageData, HDF5Data, DummyData, MemoryData, Input) as ``DataPipeline``s
-  with Caffe's batches, resumable and shardable: ``.dataset()`` is the
-  ``tf.data.Dataset``, and iterating the pipeline yields the batches.
-- ``pooling_rule``: a block in which Pooling layers follow a Caffe fork's
-  output-size rule (darknet2caffe's nets need caffe-yolov3's).
-- ``save_snapshot`` / ``load_snapshot``: ``_iter_N`` snapshots in Caffe's
-  formats (.caffemodel + .solverstate, binary or HDF5) and ours.
+The subpackages, lowest first (a module imports its own and those before it):
+
+- ``formats``: Caffe's files as protocol buffers, no Keras: text (.prototxt)
+  and binary (.caffemodel, .binaryproto, .solverstate) files with errors
+  that name file:line:column (``protofile``), the legacy-format upgrade, the
+  forks' fields, HDF5 files, solver files (``solver_file``), which kind a
+  misplaced file is (``file_kind``), atomic output files.
+- ``layer_types``: one unit per Caffe layer type (its checks, shape rule,
+  cost, Keras build and, for data layers, pipeline), registered with
+  ``layer_types.base.layer_type``.
+- ``net``: a ``NetParameter`` <-> a ``keras.Model``. ``import_model`` builds
+  the model through the registered layer types (``importing``, ``graph``);
+  ``import_net`` also returns the filtered net and its blobs (an
+  ``ImportedNet``); ``registry`` adds users' own layer types
+  (``register_layer_type``); ``blobs`` answers questions about a model's
+  Caffe layers (``caffe_layers``, ``param_multipliers``); ``export`` writes
+  .caffemodel files (``export_caffemodel``); ``layer_summary`` lists the
+  layers as ``keras-caffe import`` does; ``training_args`` gives the
+  compile arguments for training.
+- ``data``: the data layers (LMDB Data, ImageData, HDF5Data, DummyData,
+  MemoryData, Input, ...) as ``DataPipeline``s with Caffe's batches,
+  resumable and shardable (``net_pipeline`` / ``layer_pipeline``):
+  ``.dataset()`` is the ``tf.data.Dataset``, and iterating the pipeline
+  yields the batches.
+- ``snapshots``: ``save_snapshot`` / ``load_snapshot``, ``_iter_N`` snapshots
+  in Caffe's formats (.caffemodel + .solverstate, binary or HDF5) and ours.
+
+``pooling_rule``: a block in which Pooling layers follow a Caffe fork's
+output-size rule (darknet2caffe's nets need caffe-yolov3's).
+
+The registry's decorator was called ``converter`` (and its inverse
+``unregister_converter``) before the vocabulary became "layer type": both
+names remain, the same functions as ``register_layer_type`` and
+``unregister_layer_type``.
 """
 
-from keras_caffe.importers.net.importing import ImportedNet, caffe_layers, import_model, import_net, load_into
-from keras_caffe.importers.net.export import export_caffemodel, param_multipliers
+from keras_caffe.importers.net.importing import ImportedNet, import_model, import_net, load_into
+from keras_caffe.importers.net.blobs import caffe_layers, param_multipliers
+from keras_caffe.importers.net.export import export_caffemodel
 from keras_caffe.importers.layer_types.pooling import pooling_rule
 from keras_caffe.importers.formats.netfile import filter_net, net_state, read_net
 from keras_caffe.importers.data.pipeline_core import DataPipeline
@@ -26,8 +46,10 @@ from keras_caffe.importers.data.pipelines import layer_pipeline, net_pipeline, p
 from keras_caffe.importers.formats.protofile import parse_text, read_binary, read_text
 from keras_caffe.importers.net.registry import (
     converter,
+    register_layer_type,
     registered_types,
     unregister_converter,
+    unregister_layer_type,
 )
 from keras_caffe.importers.snapshots.files import SnapshotError, load_snapshot, save_snapshot
 from keras_caffe.importers.formats.solver_file import read_solver
@@ -41,4 +63,5 @@ __all__ = [
     "registered_types", "unregister_converter", "training_args", "save_snapshot",
     "load_snapshot", "SnapshotError", "layer_pipeline", "net_pipeline", "pipeline_errors",
     "DataPipeline", "import_net", "ImportedNet", "layer_summary", "LayerSummary", "pooling_rule",
+    "register_layer_type", "unregister_layer_type",
 ]

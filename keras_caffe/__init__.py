@@ -33,11 +33,13 @@ from keras_caffe import _require  # noqa: F401
 #: Every exception keras-caffe raises on purpose. ``KerasCaffeError`` (a
 #: ``ValueError``) is the base of all but two ``ImportError``s:
 #: ``TensorFlowRequirementError`` and ``HorovodUnavailableError``.
+#: ``DuplicateConverterError`` is ``DuplicateLayerTypeError``'s former name
+#: (the same class).
 ERRORS = (
     "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError", "CaffeImportError",
     "UnknownLayerError", "UnknownLayerTypeError", "UnsafeLayerError", "GraphError",
-    "LayerError", "LayerLimitError", "WeightsError", "SnapshotError", "DuplicateConverterError",
-    "DistributedError", "HorovodBuildError", "TensorFlowRequirementError",
+    "LayerError", "LayerLimitError", "WeightsError", "SnapshotError", "DuplicateLayerTypeError",
+    "DuplicateConverterError", "DistributedError", "HorovodBuildError", "TensorFlowRequirementError",
     "HorovodUnavailableError",
 )
 

@@ -12,6 +12,8 @@ from keras_caffe.errors import (
     ArgumentError,
     CaffeImportError,
     DistributedError,
+    DuplicateConverterError,
+    DuplicateLayerTypeError,
     GraphError,
     HorovodBuildError,
     KerasCaffeError,
@@ -34,7 +36,6 @@ from keras_caffe.optimizers import (
     YellowFin,
 )
 from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
-from keras_caffe.importers.layer_types.base import DuplicateConverterError
 from keras_caffe.importers.snapshots.file_io import SnapshotError
 from keras_caffe.distributed._hvd import HorovodUnavailableError
 from keras_caffe.lms.policy import LMS
@@ -48,7 +49,8 @@ __all__ = [
     "KerasCaffeError", "LayerError", "ProtoParseError", "SolverError",
     "TensorFlowRequirementError", "UnknownLayerError", "UnsafeLayerError", "WeightsError",
     "SGD", "AdaDelta", "AdaGrad", "Adam", "CaffeOptimizer", "Nesterov", "RMSProp", "YellowFin",
-    "export_caffemodel", "import_model", "param_multipliers", "DuplicateConverterError",
+    "export_caffemodel", "import_model", "param_multipliers", "DuplicateLayerTypeError",
+    "DuplicateConverterError",
     "SnapshotError", "HorovodUnavailableError", "LMS", "LayerLimitError",
     "optimizer_from_solver", "Solver", "get_solver",
 ]

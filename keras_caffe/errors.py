@@ -55,9 +55,10 @@ class SolverError(KerasCaffeError):
 
 
 class UnknownLayerError(CaffeImportError):
-    """Layer types with no converter; ``types`` lists all of them, ``notes``
-    the net's other refusals (its Python layers) and reasons, so one error
-    names everything that stops the import."""
+    """Layer types the importer does not build (none registered, or one that
+    ``analyze`` only sizes); ``types`` lists all of them, ``notes`` the net's
+    other refusals (its Python layers) and reasons, so one error names
+    everything that stops the import."""
 
     def __init__(self, source, types, known, notes=()):
         self.source = source
@@ -65,10 +66,19 @@ class UnknownLayerError(CaffeImportError):
         self.known = sorted(known)
         self.notes = list(notes)
         super().__init__(
-            f"{source}: no converter for layer type(s) {', '.join(self.types)}; "
+            f"{source}: unsupported layer type(s) {', '.join(self.types)}; "
             + "".join(f"{note}; " for note in self.notes)
             + f"supported: {', '.join(self.known)}"
         )
+
+
+class DuplicateLayerTypeError(KerasCaffeError):
+    """A layer type registered twice (``keras_caffe.importers.register_layer_type``)."""
+
+
+#: The name of ``DuplicateLayerTypeError`` before the registry's vocabulary
+#: became "layer type" (the same class).
+DuplicateConverterError = DuplicateLayerTypeError
 
 
 class UnsafeLayerError(CaffeImportError):

@@ -40,12 +40,17 @@ def test_wheel_layout(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     packages = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert packages == {"keras_caffe"}
-    for required in ("keras_caffe/importers/__init__.py", "keras_caffe/importers/solver.py",
+    for required in ("keras_caffe/importers/__init__.py",
+                     "keras_caffe/importers/formats/solver_file.py",
+                     "keras_caffe/importers/net/importing.py",
+                     "keras_caffe/importers/data/pipelines.py",
+                     "keras_caffe/importers/snapshots/files.py",
+                     "keras_caffe/training/solver.py", "keras_caffe/lms/__init__.py",
                      "keras_caffe/proto/caffe.proto", "keras_caffe/proto/caffe_pb2.py",
                      "keras_caffe/optimizers/sgd.py", "keras_caffe/schedules.py",
                      "keras_caffe/callbacks/__init__.py", "keras_caffe/callbacks/yellowfin.py",
                      "keras_caffe/importers/layer_types/convolution.py",
-                     "keras_caffe/importers/analyze/__init__.py"):
+                     "keras_caffe/analysis/__init__.py"):
         assert required in names
 
 

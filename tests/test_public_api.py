@@ -84,7 +84,7 @@ def test_every_error_class_is_exported_from_keras_caffe():
             if issubclass(cls, keras_caffe.KerasCaffeError)
             or cls.__module__ == "keras_caffe.errors"}
     assert {"KerasCaffeError", "SnapshotError", "UnknownLayerTypeError", "LayerLimitError",
-            "DuplicateConverterError", "HorovodUnavailableError",
+            "DuplicateLayerTypeError", "HorovodUnavailableError",
             "TensorFlowRequirementError"} <= set(ours)
     for name, cls in ours.items():
         assert getattr(keras_caffe, name) is cls, name

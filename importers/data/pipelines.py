@@ -75,6 +75,8 @@ from keras_caffe.importers.data.pipeline_core import DEFAULT_SEED, Context, Data
 from keras_caffe.importers.layer_types._data import pipeline_types
 from keras_caffe.importers.data.pipeline_layers import spec_for
 from keras_caffe.importers.data.records import IN_MEMORY_LIMIT
+from keras_caffe.importers.formats.netfile import filter_net, net_state, read_net
+from keras_caffe.proto import caffe_pb2
 
 __all__ = ["layer_pipeline", "net_pipeline", "DataPipeline", "pipeline_errors",
            "DEFAULT_SEED", "DATA_LAYER_TYPES"]
@@ -90,8 +92,6 @@ def __getattr__(name):
 
 def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, num_shards,
              in_memory_limit):
-    from keras_caffe.proto import caffe_pb2
-
     if phase in (caffe_pb2.TRAIN, caffe_pb2.TEST) and not isinstance(phase, str):
         phase = "TRAIN" if phase == caffe_pb2.TRAIN else "TEST"
     if not isinstance(phase, str) or phase.upper() not in ("TRAIN", "TEST"):
@@ -101,6 +101,8 @@ def _context(owner, phase, net_source, data_format, seed, arrays, shard_index, n
                                                   f"got {data_format!r}")
     seed = DEFAULT_SEED if seed is None else check_int(owner, "seed", seed)
     if shard_index is None and num_shards is None:  # this worker's share under Horovod
+        # Only when the caller gives no share: keras_caffe.distributed's package
+        # (Horovod, TensorFlow's collectives) then loads lazily, on first use.
         from keras_caffe.distributed.context import worker
 
         me = worker()
@@ -159,9 +161,6 @@ def net_pipeline(net_param, phase="TRAIN", *, net_source=None, data_format="chan
     batch of the result holds batch ``g`` of every layer. ``num_records`` is the
     first data layer's. The layers must share one batch size.
     """
-    from keras_caffe.importers.formats.netfile import filter_net, net_state, read_net
-    from keras_caffe.proto import caffe_pb2
-
     ctx = _context("net_pipeline", phase, net_source, data_format, seed, arrays, shard_index,
                    num_shards, in_memory_limit)
     if not isinstance(net_param, caffe_pb2.NetParameter):

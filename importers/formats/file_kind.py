@@ -23,7 +23,7 @@ from google.protobuf import text_format
 
 from keras_caffe.errors import ProtoParseError
 from keras_caffe.importers.formats.protofile import parse_binary, top_level_fields
-from keras_caffe.importers.snapshots.file_io import EXTRA_FIELD, KERAS_FORMAT
+from keras_caffe.importers.formats.snapshot_marks import EXTRA_FIELD, KERAS_FORMAT
 from keras_caffe.proto import caffe_pb2
 
 _NET_FIELDS = set(caffe_pb2.NetParameter.DESCRIPTOR.fields_by_name)

@@ -24,7 +24,8 @@ import contextlib
 
 import numpy as np
 
-from keras_caffe.devices import fmt_bytes as _fmt
+from keras_caffe.devices import fmt_bytes as _fmt, host_memory
+from keras_caffe.errors import KerasCaffeError
 
 #: The deepest group nesting walked (a layer name with 63 slashes).
 MAX_DEPTH = 64
@@ -40,8 +41,6 @@ class Budget:
 
     def __init__(self, limit=None, where="host memory"):
         if limit is None:
-            from keras_caffe.devices import host_memory
-
             total, where = host_memory()
             limit = None if total is None else total // 4
             where = f"a quarter of {where}"
@@ -59,8 +58,6 @@ def open_file(path, fail):
     """``h5py.File(path, "r")``; h5py's errors inside the block become
     ``fail(message)`` (a callable returning the caller's exception)."""
     import h5py
-
-    from keras_caffe.errors import KerasCaffeError
 
     try:
         with h5py.File(path, "r") as f:

@@ -44,8 +44,8 @@ def load_net(net, state, known):
     A skipped field (a fork's, not in the schema) on a kept layer whose type
     ``known(type)`` says is handled is refused, naming the layer, the field
     and where it is: its meaning would be lost. On a layer of another type it
-    is not: nobody converts the type (it is reported with the others), or a
-    user's converter does, which can read the field's text."""
+    is not: no layer type is registered for it (it is reported with the
+    others), or a user's is, which can read the field's text."""
     param, source, skipped = read_net_file(net)
     indices = _kept_indices(param, state)
     kept, kept_indices = _net_of(param, indices), set(indices)

@@ -26,7 +26,7 @@ _UNKNOWN = re.compile(r'has no field named "([^"]+)"')
 class SkippedField:
     """A field of layer ``name`` (its ``occurrence``-th layer of that name,
     from 0) that the schema lacks, at ``line``:``column`` of the file;
-    ``text`` is the field as written (name and value), for a user's converter
+    ``text`` is the field as written (name and value), for a user's layer type
     to parse with the fork's own schema."""
 
     name: str

@@ -4,6 +4,7 @@ blob's tensor (so channels-last blobs need no transposes)."""
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types.base import fmt
+from keras_caffe.initializers import from_filler
 
 
 def initializer(param, field, default, shape=(1,)):
@@ -11,8 +12,6 @@ def initializer(param, field, default, shape=(1,)):
     a blob of ``shape``; ``default`` when the prototxt gives none."""
     if not param.HasField(field):
         return default
-    from keras_caffe.initializers import from_filler
-
     return from_filler(getattr(param, field), shape)
 
 

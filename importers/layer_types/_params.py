@@ -2,6 +2,7 @@
 ...) and fillers, shared by the units of Convolution, Deconvolution, Pooling."""
 
 from keras_caffe.errors import LayerError
+from keras_caffe.initializers import from_filler
 
 
 def spatial(layer, param, name, n=2, default=None, repeated=True):
@@ -39,7 +40,5 @@ def spatial(layer, param, name, n=2, default=None, repeated=True):
 def fillers(param, weight_shape, bias_shape):
     """Initializers for a layer's ``weight_filler`` / ``bias_filler`` (Caffe's
     default for both: constant 0), given the Caffe blob shapes they fill."""
-    from keras_caffe.initializers import from_filler
-
     return {"kernel_initializer": from_filler(param.weight_filler, weight_shape),
             "bias_initializer": from_filler(param.bias_filler, bias_shape)}

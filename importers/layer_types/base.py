@@ -42,7 +42,7 @@ import importlib
 import math
 import pkgutil
 
-from keras_caffe.errors import KerasCaffeError, LayerError
+from keras_caffe.errors import DuplicateLayerTypeError, LayerError
 
 BVLC = "BVLC Caffe"
 SSD = "SSD (weiliu89/caffe)"
@@ -65,10 +65,6 @@ OPENCV = "OpenCV 4 dnn (layer names its Caffe importer accepts)"
 #: Every origin a built-in unit may name.
 ORIGINS = (BVLC, SSD, SEGNET, PSPNET, SHUFFLENET, FASTER_RCNN, MOBILENET, SENET, MOBILENET_V2,
            VIDEO, C3D, RFCN, MASK_RCNN, YOLO, LRCN, FLOWNET2, OPENCV)
-
-
-class DuplicateConverterError(KerasCaffeError):
-    """A layer type already has a converter."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,9 +133,10 @@ class LayerType:
         return type(self).__module__.startswith("keras_caffe.")
 
 
-class Converter(LayerType):
-    """A user's converter function registered with ``@converter``: it builds
-    Keras layers; with no shape rule, ``analyze`` cannot size the type."""
+class FunctionLayerType(LayerType):
+    """A user's layer type, registered as a build function with
+    ``keras_caffe.importers.register_layer_type``: it builds Keras layers;
+    with no shape rule, ``analyze`` cannot size the type."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -175,10 +172,11 @@ def _register(types, unit):
     for name in types:
         old = _UNITS.get(name)
         if old is not None:
-            where = (f"{old.fn.__module__}.{old.fn.__qualname__}" if isinstance(old, Converter)
+            where = (f"{old.fn.__module__}.{old.fn.__qualname__}"
+                     if isinstance(old, FunctionLayerType)
                      else f"{type(old).__module__}.{type(old).__qualname__}")
-            raise DuplicateConverterError(f"layer type {name!r} already has a converter "
-                                          f"({where}); unregister_converter() it first")
+            raise DuplicateLayerTypeError(f"layer type {name!r} is already registered "
+                                          f"({where}); unregister_layer_type() it first")
     for name in types:
         _UNITS[name] = unit
 

@@ -15,6 +15,7 @@ from keras_caffe.importers.data.pipeline_images import ImageDecoder, image_batch
 from keras_caffe.importers.data.pipeline_layers import (
     Spec, batch_size, check_tops, data_label, rand_skip_start)
 from keras_caffe.importers.data.transform import Transformer, transform_parameters
+from keras_caffe.proto import caffe_pb2
 
 
 @layer_type("Data")
@@ -71,8 +72,6 @@ class Data(DataLayer):
 
 
 def _datum(layer, kind, path, key, value):
-    from keras_caffe.proto import caffe_pb2
-
     try:
         return caffe_pb2.Datum.FromString(value)
     except Exception as err:  # noqa: BLE001 - protobuf's DecodeError or RuntimeError

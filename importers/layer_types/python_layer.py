@@ -42,7 +42,8 @@ def refusal(source, names):
     """The error for Python layers that would run user code."""
     return UnsafeLayerError(
         f"{source}: {refusal_reason(names)}. "
-        "Register a converter for the layer's behaviour, or replace it in the prototxt")
+        "Register a layer type for the layer's behaviour (keras_caffe.importers."
+        "register_layer_type), or replace it in the prototxt")
 
 
 def refusal_reason(names):

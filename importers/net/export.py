@@ -3,8 +3,10 @@
 import numpy as np
 
 from keras_caffe.errors import KerasCaffeError
+from keras_caffe.importers.formats import net_proto
+from keras_caffe.importers.formats.atomic import atomic_output, write_bytes_durably
+from keras_caffe.importers.net.blobs import blob_layers, caffe_parts, caffe_sharers, model_blobs
 from keras_caffe.importers.net.weights import array_to_blob
-from keras_caffe.layers import CaffeBlobs
 from keras_caffe.proto import caffe_pb2
 
 HDF5_SUFFIX = ".h5"
@@ -24,10 +26,13 @@ def export_caffemodel(model, path):
     weights. Written to a temporary file and renamed: no partial file is
     ever left at ``path``.
     """
+    if not blob_layers(model):
+        raise KerasCaffeError(
+            f"model {model.name!r} has no layers holding Caffe blobs; "
+            "export_caffemodel writes models built by keras_caffe.import_model"
+        )
     blobs = model_blobs(model)
     if str(path).endswith(HDF5_SUFFIX):
-        from keras_caffe.importers.formats.atomic import atomic_output
-
         with atomic_output(path) as tmp:
             write_hdf5(tmp, model, blobs)
     else:
@@ -35,31 +40,10 @@ def export_caffemodel(model, path):
     return path
 
 
-def model_blobs(model):
-    """``{Caffe layer name: [arrays]}`` of ``model``'s layers holding blobs,
-    in the model's order; ``KerasCaffeError`` for a model without any."""
-    layers = [layer for layer in model.layers if isinstance(layer, CaffeBlobs)]
-    if not layers:
-        raise KerasCaffeError(
-            f"model {model.name!r} has no layers holding Caffe blobs; "
-            "export_caffemodel writes models built by keras_caffe.import_model"
-        )
-    by_layer = {}
-    for layer in layers:
-        blobs = layer.caffe_blobs()
-        start = 0
-        for name, _, count in layer.caffe_parts:
-            by_layer[name] = blobs[start:start + count]
-            start += count
-    return by_layer
-
-
 def _with_sharers(model, blobs):
     """``blobs`` and, for each layer sharing another's parameters, the
     owner's blobs under the sharer's name (a shared ``Blob`` is written under
     every layer holding it); ``(blobs, {sharer: owner})``."""
-    from keras_caffe.importers.net.importing import caffe_sharers
-
     sharers = {s: o for s, o in caffe_sharers(model).items() if o in blobs}
     return {**blobs, **{s: blobs[o] for s, o in sharers.items()}}, sharers
 
@@ -72,9 +56,6 @@ def caffemodel_proto(model, blobs):
     (``net_proto.to_proto``). Without: one ``layer { name type blobs }``
     per layer holding blobs, the type from ``model``'s layer, in the
     prototxt's order where the model knows it (``caffe_layer_order``)."""
-    from keras_caffe.importers.formats import net_proto
-    from keras_caffe.importers.net.importing import caffe_parts
-
     blobs, sharers = _with_sharers(model, blobs)
     net = getattr(model, "caffe_net", None)
     if net is not None:
@@ -97,7 +78,6 @@ def hdf5_layer_names(model, blobs):
     """The groups of ``/data`` in Caffe's order: every layer of the net
     (``Net::ToHDF5``, splits included) when the model keeps its net, else
     ``caffe_layer_order`` or the layers holding ``blobs``."""
-    from keras_caffe.importers.formats import net_proto
     net = getattr(model, "caffe_net", None)
     if net is not None:
         return net_proto.layer_names(net, net.state.phase)
@@ -124,25 +104,5 @@ def write_atomically(path, data):
     """Write ``data`` to ``path`` through a temporary file in the same
     directory, fsync and a rename (then fsync the directory): a crash leaves
     the old file or the new one, never a partial one."""
-    from keras_caffe.importers.formats.atomic import write_bytes_durably
-
     write_bytes_durably(path, data)
 
-
-def param_multipliers(model):
-    """Caffe's per-parameter ``lr_mult`` and ``decay_mult`` for the optimizers.
-
-    Returns ``(lr_mult, decay_mult)``: dicts from Keras variable path to the
-    value the net's prototxt gives (``param { lr_mult decay_mult }``; 1 where
-    it gives none), ready for ``keras_caffe.SGD(lr_mult=..., decay_mult=...)``.
-    """
-    lr_mult, decay_mult = {}, {}
-    for layer in model.layers:
-        if not isinstance(layer, CaffeBlobs):
-            continue
-        variables = layer.caffe_variables()
-        specs = layer.param_multipliers or [[1.0, 1.0]] * len(variables)
-        for weight, (lr, decay) in zip(variables, specs):
-            lr_mult[weight.path] = lr
-            decay_mult[weight.path] = decay
-    return lr_mult, decay_mult

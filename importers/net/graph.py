@@ -9,7 +9,7 @@ relative to Caffe's blob:
   (C, H, W)); an InnerProduct reading it permutes its weight rows at import.
 
 Layout changes need no transposes for the common paths (conv, pooling,
-InnerProduct); a converter that needs Caffe's order asks ``ctx.caffe_order``.
+InnerProduct); a layer type's unit that needs Caffe's order asks ``ctx.caffe_order``.
 """
 
 import dataclasses
@@ -23,8 +23,10 @@ from keras_caffe.errors import (
     LayerError,
     UnknownLayerError,
 )
+from keras_caffe.importers.formats.net_proto import phase_value
 from keras_caffe.importers.layer_types import base as layer_types, python_layer
 from keras_caffe.importers.layer_types.base import ShapeState, fmt
+from keras_caffe.importers.net.blobs import caffe_parts
 from keras_caffe.importers.net.memory_budget import MemoryBudget
 from keras_caffe.importers.net.registry import registered_types
 from keras_caffe.importers.net.sharing import ParamSharing
@@ -44,7 +46,7 @@ class Blob:
 
 
 class Context:
-    """What converters use: the data format, layouts and naming."""
+    """What the layer types' units use to build: the data format, layouts and naming."""
 
     def __init__(self, data_format, phase, source):
         self.data_format = data_format
@@ -58,14 +60,14 @@ class Context:
         self.input_shapes = {}
         #: Owners and sharers of named parameters (``param { name }``).
         self.sharing = ParamSharing()
-        #: The Caffe layer being converted (a LayerParameter).
+        #: The Caffe layer being built (a LayerParameter).
         self.layer = None
-        #: Blobs a converter made beyond its tops (``add_blob``).
+        #: Blobs a unit made beyond its tops (``add_blob``).
         self.extra_blobs = {}
         #: {layer name: [SkippedField]}: fields of Caffe forks the schema lacks.
         self.skipped_fields = {}
         #: The Caffe shapes (batch first) of the bottoms of the layer being
-        #: converted, and its unit's ``Shapes`` (None for a user's converter
+        #: built, and its unit's ``Shapes`` (None for a user's layer type
         #: without a shape rule).
         self.bottom_shapes = []
         self.shapes = None
@@ -106,7 +108,7 @@ class Context:
     # -- layouts -------------------------------------------------------------
 
     def image_output(self, tensor):
-        """A Blob for a converter's image output (rank >= 3)."""
+        """A Blob for a unit's image output (rank >= 3)."""
         channels_last = self.data_format == "channels_last" and len(tensor.shape) >= 3
         return Blob(tensor, "nhwc" if channels_last else "caffe")
 
@@ -143,11 +145,11 @@ class Context:
         return Blob(keras.layers.Flatten(name=self.keras_name(name, "_flatten_chw"))(image))
 
     def apply(self, keras_layer, inputs):
-        """``keras_layer(inputs)`` for the layer being converted; where that
+        """``keras_layer(inputs)`` for the layer being built; where that
         Caffe layer shares its parameters with an earlier one (``param {
         name }``), the earlier one's Keras layer is applied instead, so the
         variables are one (see ``keras_caffe.importers.net.sharing``).
-        Converters apply every blob-holding layer through this."""
+        Units apply every blob-holding layer through this."""
         if isinstance(keras_layer, CaffeBlobs) and self.layer is not None \
                 and any(spec.name for spec in self.layer.param):
             keras_layer = self.sharing.layer_for(self.layer, keras_layer, inputs)
@@ -156,12 +158,12 @@ class Context:
     def fork_fields(self, layer):
         """``{field name: text}`` of the fields of ``layer`` that keras-caffe's
         schema lacks (a fork's ``*_param``), as written in the file: a user's
-        converter for a fork's layer type parses them with the fork's own
+        build function for a fork's layer type parses them with the fork's own
         schema (``text_format.Parse(text, fork_pb2.LayerParameter())``)."""
         return {f.field: f.text for f in self.skipped_fields.get(layer.name, ())}
 
     def add_blob(self, name, blob):
-        """Name a blob the converter makes beyond its tops (ContrastiveLoss's
+        """Name a blob the unit makes beyond its tops (ContrastiveLoss's
         stacked features: its prediction, and so a model output)."""
         self.extra_blobs[name] = blob
 
@@ -309,8 +311,6 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
     #: The filtered, upgraded net, its ``state.phase`` the import's: what
     #: Caffe's ``Net::ToProto`` writes into a .caffemodel (``net_proto``).
     model.caffe_net = _with_phase(net, phase)
-    from keras_caffe.importers.net.importing import caffe_parts
-
     # Each layer's ``param { lr_mult decay_mult }`` on its Keras layer,
     # sharers' merged into their owner's as Caffe does.
     ctx.sharing.resolve_multipliers(net, caffe_parts(model))
@@ -318,8 +318,6 @@ def build_model(net, *, source, data_format="channels_last", phase="TEST", outpu
 
 
 def _with_phase(net, phase):
-    from keras_caffe.importers.formats.net_proto import phase_value
-
     copy = type(net)()
     copy.CopyFrom(net)
     copy.state.phase = phase_value(phase)
@@ -402,7 +400,7 @@ def _convert(unit, layer, bottoms, ctx, state):
 def _record_shapes(layer, tops, ctx, caffe_shapes):
     """Each top's Caffe shape (batch first) for the shape rules of later
     layers: the unit's, checked against what the Keras layers built (they
-    must agree on every axis Keras knows); a user's converter's from Keras."""
+    must agree on every axis Keras knows); a user's layer type's from Keras."""
     batch = ctx.bottom_shapes[0][0] if ctx.bottom_shapes and ctx.bottom_shapes[0] else 1
     for i, (top, blob) in enumerate(zip(layer.top, tops)):
         built = None if blob.tensor is None else ctx.caffe_shape(blob)

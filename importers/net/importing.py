@@ -4,12 +4,15 @@ import math
 import numbers
 import warnings
 
-from keras_caffe.errors import CaffeImportError
+from keras_caffe.errors import ArgumentError, CaffeImportError, WeightsError
+from keras_caffe.importers.formats.netfile import load_net, net_state
+from keras_caffe.importers.layer_types.python_layer import fields_known
+from keras_caffe.importers.net import lms_hook
+from keras_caffe.importers.net.blobs import caffe_parts, caffe_sharers
 from keras_caffe.importers.net.fold import fold_batchnorm as fold
 from keras_caffe.importers.net.graph import MAX_ELEMENTS, build_model
-from keras_caffe.importers.formats.netfile import load_net, net_state
+from keras_caffe.importers.net.registry import is_builtin
 from keras_caffe.importers.net.weights import load_weights
-from keras_caffe.layers import CaffeBlobs
 
 
 def import_model(net, weights=None, *, phase="TEST", data_format="channels_last", outputs=None,
@@ -49,19 +52,16 @@ def import_model(net, weights=None, *, phase="TEST", data_format="channels_last"
         a ``keras.Model``; its layers are named after Caffe's ('/' becomes
         '_'; ``layer.caffe_name`` keeps the original on layers with blobs).
     """
-    from keras_caffe.lms import policy as lms_module
-    if lms is not None and not isinstance(lms, lms_module.LMS):
-        from keras_caffe.errors import ArgumentError
-
+    if lms is not None and not lms_hook.is_lms(lms):
         raise ArgumentError("import_model", "lms",
                             f"must be a keras_caffe.LMS or None, got {lms!r}")
     imported = import_net(net, weights, phase=phase, data_format=data_format, outputs=outputs,
                           level=level, stages=stages, name=name, fold_batchnorm=fold_batchnorm,
                           input_shapes=input_shapes)
-    lms = lms if lms is not None else lms_module.current()
+    lms = lms if lms is not None else lms_hook.current()
     if lms is not None:
-        lms_module.attach(imported, lms, phase=phase, level=level, stages=stages,
-                          data_format=data_format)
+        lms_hook.attach(imported, lms, phase=phase, level=level, stages=stages,
+                        data_format=data_format)
     return imported.model
 
 
@@ -79,9 +79,6 @@ def import_net(net, weights=None, *, phase="TEST", data_format="channels_last", 
         raise CaffeImportError(
             f"data_format must be 'channels_last' or 'channels_first', got {data_format!r}"
         )
-    from keras_caffe.importers.layer_types.python_layer import fields_known
-    from keras_caffe.importers.net.registry import is_builtin
-
     input_shapes = _checked_input_shapes(input_shapes)
     param, source, fork_fields = load_net(net, net_state(phase, level, stages),
                                           known=fields_known(is_builtin))
@@ -107,8 +104,6 @@ def _checked_input_shapes(input_shapes):
     """``input_shapes`` as ``{str: tuple of positive ints}``, each at most
     ``graph.MAX_ELEMENTS`` values per sample (the most one blob may have);
     an ``ArgumentError`` naming the entry otherwise, before anything is built."""
-    from keras_caffe.errors import ArgumentError
-
     if input_shapes is None:
         return None
     if not isinstance(input_shapes, dict):
@@ -141,8 +136,6 @@ def _blame_layout(input_shapes, err):
     """Raise an ``ArgumentError`` saying that ``input_shapes`` is in Caffe's
     order when the import failed and an entry looks like (H, W, C): last
     dimension 1 or 3, first not."""
-    from keras_caffe.errors import ArgumentError
-
     for top, dims in (input_shapes or {}).items():
         if len(dims) == 3 and dims[-1] in (1, 3) and dims[0] not in (1, 3):
             caffe = (dims[2], dims[0], dims[1])
@@ -151,35 +144,6 @@ def _blame_layout(input_shapes, err):
                 f"{top!r}: {dims} looks like (H, W, C); input_shapes takes Caffe's order "
                 f"(C, H, W) whatever the data_format, here {caffe}. The import failed "
                 f"with: {str(err).splitlines()[0]}") from err
-
-
-def caffe_parts(model):
-    """``{Caffe layer name: (Keras layer, first weight, weight count, type)}``.
-
-    Most Keras layers hold one Caffe layer; a fused BatchNorm+Scale holds two.
-    """
-    parts = {}
-    for layer in model.layers:
-        if isinstance(layer, CaffeBlobs):
-            start = 0
-            for name, caffe_type, count in layer.caffe_parts:
-                parts[name] = (layer, start, count, caffe_type)
-                start += count
-    return parts
-
-
-def caffe_sharers(model):
-    """``{sharer Caffe layer name: owner Caffe layer name}``: the layers that
-    share all their blobs with another (``param { name }``), whose Keras layer
-    they reuse (``keras_caffe.importers.net.sharing``)."""
-    return {sharer: layer.caffe_parts[0][0]
-            for layer in model.layers if isinstance(layer, CaffeBlobs)
-            for sharer in layer.caffe_sharers}
-
-
-def caffe_layers(model):
-    """``{Caffe layer name: Keras layer}`` for the Caffe layers that hold blobs."""
-    return {name: part[0] for name, part in caffe_parts(model).items()}
 
 
 class CopyReport:
@@ -208,8 +172,6 @@ def copy_layers(model, weights, source="<weights>"):
     file winning, as in Caffe; an owner's blobs alone suffice (Caffe's HDF5
     files hold no others).
     """
-    from keras_caffe.errors import WeightsError
-
     parts = {name: part for name, part in caffe_parts(model).items() if part[2]}
     sharers = {s: o for s, o in caffe_sharers(model).items() if o in parts}
     by_layer, copied, ignored = {}, [], []

@@ -10,7 +10,15 @@ loader ignores. ``load_keras`` reads such a file back with the net, so that
 import os
 import zipfile
 
+import keras
+from google.protobuf import text_format
+
+import keras_caffe.initializers  # noqa: F401 (registers CaffeFiller for the loader)
 from keras_caffe.errors import KerasCaffeError
+from keras_caffe.importers.formats.atomic import atomic_output
+from keras_caffe.importers.formats.protofile import parse_text
+from keras_caffe.importers.net.blobs import blob_layers
+from keras_caffe.proto import caffe_pb2
 
 NET_MEMBER = "caffe_net.prototxt"
 
@@ -19,14 +27,10 @@ def save_keras(model, path):
     """``model.save(path)``, atomically (no partial file; the user's path in
     errors; the mode ``open()`` would give), with the model's Caffe net when
     it has one."""
-    from keras_caffe.importers.formats.atomic import atomic_output
-
     net = getattr(model, "caffe_net", None)
     with atomic_output(path, suffix=".keras") as tmp:
         model.save(tmp)
         if net is not None:
-            from google.protobuf import text_format
-
             with zipfile.ZipFile(tmp, "a") as archive:
                 archive.writestr(NET_MEMBER, text_format.MessageToString(net))
     return path
@@ -36,11 +40,6 @@ def load_keras(path):
     """``(model, net or None)`` from a .keras file made by keras-caffe;
     ``KerasCaffeError`` naming ``path`` for a missing file, one Keras cannot
     load, or a model without layers holding Caffe blobs."""
-    import keras
-
-    import keras_caffe.initializers  # noqa: F401 (registers CaffeFiller for the loader)
-    from keras_caffe.layers import CaffeBlobs
-
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise KerasCaffeError(f"{path}: no such file")
@@ -51,7 +50,7 @@ def load_keras(path):
     except Exception as err:  # Keras raises many types for a file it cannot read
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise KerasCaffeError(f"{path}: Keras cannot load it ({first})") from None
-    if not any(isinstance(layer, CaffeBlobs) for layer in model.layers):
+    if not blob_layers(model):
         raise KerasCaffeError(f"{path}: not a model made by keras-caffe (no layer holds Caffe "
                               "blobs): export needs one from `keras-caffe import -o` or "
                               "keras_caffe.import_model")
@@ -64,9 +63,6 @@ def load_keras(path):
 
 def read_net(path):
     """The Caffe net a .keras file carries, or None."""
-    from keras_caffe.importers.formats.protofile import parse_text
-    from keras_caffe.proto import caffe_pb2
-
     with zipfile.ZipFile(path) as archive:
         if NET_MEMBER not in archive.namelist():
             return None

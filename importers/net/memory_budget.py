@@ -37,7 +37,7 @@ asks for it.
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types.base import count, fmt as fmt_shape, unit
-from keras_caffe.devices import fmt_bytes as fmt
+from keras_caffe.devices import device_memory, fmt_bytes as fmt, host_memory
 
 #: Bytes per value: Caffe's blobs and the imported weights are float32.
 VALUE_BYTES = 4
@@ -53,8 +53,6 @@ class MemoryBudget:
 
     def __init__(self, limit=None, where=None, host=None):
         if limit is None:
-            from keras_caffe.devices import device_memory
-
             limit, where = device_memory()
         self.limit, self.where, self.weights = limit, where, 0
         #: ``(bytes or None, where)`` of host memory, for the data pipelines.
@@ -88,8 +86,6 @@ class MemoryBudget:
 
 def host_budget():
     """``(bytes or None, where)``: the host memory the data pipelines must fit in."""
-    from keras_caffe.devices import host_memory
-
     return host_memory()
 
 

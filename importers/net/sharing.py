@@ -46,7 +46,7 @@ class ParamSharing:
 
     def layer_for(self, layer, candidate, inputs):
         """The Keras layer to apply for Caffe ``layer`` on ``inputs``:
-        ``candidate`` (the converter's new layer), or the owner's layer when
+        ``candidate`` (the new layer its unit built), or the owner's layer when
         ``layer`` names parameters an earlier layer owns."""
         names = [spec.name for spec in layer.param]
         if layer.name in self.sharers:  # a further bottom of the same layer
@@ -149,13 +149,13 @@ class ParamSharing:
             target.param_multipliers = multipliers
 
     def check_applied(self, layer):
-        """Refuse a layer naming parameters whose converter applied no
+        """Refuse a layer naming parameters whose layer type built no
         blob-holding layer through ``Context.apply`` (so nothing is shared)."""
         if any(spec.name for spec in layer.param) and layer.name not in self.owner_layers \
                 and layer.name not in self.sharers:
             raise LayerError(layer.name, f"({layer.type}) names shared parameters "
                                          f"({', '.join(s.name for s in layer.param if s.name)}) "
-                                         "but its converter holds no blobs through "
+                                         "but its layer type holds no blobs through "
                                          "Context.apply, so they cannot be shared")
 
 

@@ -11,7 +11,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from keras_caffe.importers.net.importing import ImportedNet, caffe_parts
+from keras_caffe.importers.net.blobs import caffe_parts
+from keras_caffe.importers.net.graph import Context
+from keras_caffe.importers.net.importing import ImportedNet
 
 
 class LayerSummary(NamedTuple):
@@ -30,8 +32,6 @@ class LayerSummary(NamedTuple):
 
 def layer_summary(imported: ImportedNet) -> list[LayerSummary]:
     """The rows of ``imported`` (from ``import_net``), in the net's order."""
-    from keras_caffe.importers.net.graph import Context
-
     counts = {name: sum(int(np.prod(w.shape))
                         for w in layer.caffe_variables()[start:start + count])
               for name, (layer, start, count, _) in caffe_parts(imported.model).items()}

@@ -33,9 +33,10 @@ from keras_caffe.importers.net.export import caffemodel_proto, write_hdf5
 from keras_caffe.importers.formats.file_kind import WEIGHTS_NOT_SOLVERSTATE, hdf5_kind, is_weights
 from keras_caffe.importers.formats.message_count import excess_messages
 from keras_caffe.importers.formats.protofile import truncation
+from keras_caffe.importers.formats.snapshot_marks import EXTRA_FIELD
 from keras_caffe.importers.snapshots.file_io import (
-    EXTRA_FIELD, SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5,
-    resolve_weights, sha256_file, write_bytes_durably)
+    SnapshotError, atomic_output, check_checksum, decode_json, is_hdf5, resolve_weights,
+    sha256_file, write_bytes_durably)
 from keras_caffe.importers.net.weights import array_to_blob, blob_to_array, load_weights
 from keras_caffe.proto import caffe_pb2
 

@@ -11,17 +11,11 @@ import hashlib
 import json
 import os
 
-from keras_caffe.errors import KerasCaffeError
+from keras_caffe.errors import ArgumentError, KerasCaffeError
 from keras_caffe.importers.formats.atomic import (  # noqa: F401 (re-exported)
     TEMP_PREFIX, atomic_output, fsync_directory, fsync_file, write_bytes_durably)
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-#: SolverState field number of our JSON in Caffe's binary solverstates (far
-#: above caffe.proto's 1-4 and outside protobuf's reserved 19000-19999);
-#: ``snapshot_caffe`` writes it.
-EXTRA_FIELD = 1_000_001
-#: The ``format`` attribute of our Keras-format solverstate (``snapshot_keras``).
-KERAS_FORMAT = "keras-caffe-snapshot"
 
 
 class SnapshotError(KerasCaffeError):
@@ -54,8 +48,6 @@ def sha256_file(path, chunk=1 << 22):
 def encode_state(owner, state):
     """The user's ``state`` dict as JSON text; ``ArgumentError`` if it is not
     a JSON-serializable dict."""
-    from keras_caffe.errors import ArgumentError
-
     if state is None:
         state = {}
     if not isinstance(state, dict):

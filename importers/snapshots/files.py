@@ -30,8 +30,11 @@ import dataclasses
 import os
 import re
 
+import keras
+
 from keras_caffe._checks import check_int
 from keras_caffe.errors import ArgumentError
+from keras_caffe.importers.formats import hdf5_files
 from keras_caffe.importers.snapshots import caffe_format as snapshot_caffe
 from keras_caffe.importers.snapshots import keras_format as snapshot_keras
 from keras_caffe.importers.snapshots.file_io import SnapshotError, encode_state, is_hdf5
@@ -120,9 +123,13 @@ def save_snapshot(model, optimizer, prefix, iteration=None, *, format="keras", s
 def _unwrapped(optimizer):
     """The optimizer a snapshot stores: a ``DistributedOptimizer``'s inner
     one, so snapshots from ``horovodrun`` load in a single process."""
-    from keras_caffe.distributed.optimizer import DistributedOptimizer
-
-    return optimizer.inner_optimizer if isinstance(optimizer, DistributedOptimizer) else optimizer
+    # Duck-typed, through the wrapper's public ``inner_optimizer``: the
+    # importers never import keras_caffe.distributed (a layer above them).
+    # Keras's LossScaleOptimizer also has one, but holds state of its own
+    # (its loss scale), which the snapshot keeps: it is stored as it is.
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer
+    return getattr(optimizer, "inner_optimizer", optimizer)
 
 
 def load_snapshot(solverstate_path, model, optimizer, check_state=None):
@@ -150,7 +157,6 @@ def load_snapshot(solverstate_path, model, optimizer, check_state=None):
     _ensure_built(model, optimizer)
     if not is_hdf5(path):
         return snapshot_caffe.load(path, model, optimizer, check_state=check_state)
-    from keras_caffe.importers.formats import hdf5_files
     with hdf5_files.open_file(path, lambda message: SnapshotError(path, message)) as f:
         if snapshot_keras.is_ours(f):
             return snapshot_keras.load(path, f, model, optimizer, check_state)

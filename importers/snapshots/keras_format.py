@@ -35,9 +35,10 @@ import numpy as np
 from keras import ops
 
 from keras_caffe.importers.formats import hdf5_files
+from keras_caffe.importers.formats.snapshot_marks import KERAS_FORMAT
 from keras_caffe.importers.snapshots.file_io import (
-    KERAS_FORMAT, SnapshotError, atomic_output, check_checksum, decode_json, resolve_weights,
-    sha256_file)
+    SnapshotError, atomic_output, check_checksum, decode_json, resolve_weights, sha256_file)
+from keras_caffe.importers.snapshots.params import reset_accumulation
 
 FORMAT = KERAS_FORMAT
 VERSION = 1
@@ -288,8 +289,6 @@ def _match_variables(path, f, optimizer, rename):
 
 
 def _reset_missing_accumulation(optimizer, restored):
-    from keras_caffe.importers.snapshots.params import reset_accumulation
-
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     step = getattr(inner, "_micro_step", None)
     if step is not None and id(step) not in {id(v) for v, _ in restored}:

@@ -22,7 +22,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.importers.net.importing import caffe_parts
+from keras_caffe.importers.net.blobs import caffe_parts
 from keras_caffe.importers.snapshots.file_io import SnapshotError
 from keras_caffe.layers import CaffeBlobs
 from keras_caffe.optimizers.base import CaffeOptimizer

@@ -41,7 +41,7 @@ GPU_VARIABLES = ("HOROVOD_GPU", "HOROVOD_GPU_OPERATIONS", "HOROVOD_GPU_ALLREDUCE
 #: version, and the compile and link flags (the C++11 ABI, the C++ standard,
 #: Eigen's alignment), with ``lib``, TensorFlow's own folder, to tell its path
 #: from the flags' meaning.
-PROBE = """
+PROBE = r"""
 import json, tensorflow as tf
 info = tf.sysconfig.get_build_info()
 def owners():  # the installed distributions whose files hold the tensorflow imported

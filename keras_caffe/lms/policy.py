@@ -51,7 +51,6 @@ read weights that the same step's update has already changed (see
 """
 
 import gc
-import threading
 import weakref
 
 import keras
@@ -60,6 +59,7 @@ from keras_caffe._checks import check_number
 from keras_caffe.analysis import analyze
 from keras_caffe.errors import ArgumentError, KerasCaffeError
 from keras_caffe.importers.layer_types._data import source_types
+from keras_caffe.importers.net import lms_hook
 from keras_caffe.devices import compute_device, device_memory, fmt_bytes, gpu_rates
 from keras_caffe.kernels import onednn_enabled
 from keras_caffe.lms.execution import (
@@ -78,7 +78,6 @@ from keras_caffe.lms.plan import (
 )
 
 _MECHANISMS = ("auto", "remat", "stage")
-_local = threading.local()
 #: sub-models LMS builds itself (never planned again)
 _OWN = weakref.WeakSet()
 
@@ -162,6 +161,15 @@ class LMS:
         model.caffe_lms = planner
         return model
 
+    def attach_to(self, imported, *, phase="TEST", level=0, stages=(),
+                  data_format="channels_last", jit_compile=False):
+        """``apply`` for an ``ImportedNet`` (what ``import_net`` returns), the
+        prediction from ``keras-caffe analyze`` of its net: what
+        ``import_model(lms=...)`` calls (``keras_caffe.importers.net.lms_hook``).
+        Returns the model."""
+        return attach(imported, self, phase=phase, level=level, stages=stages,
+                      data_format=data_format, jit_compile=jit_compile)
+
     @staticmethod
     def remove(model):
         """Train ``model`` without LMS again."""
@@ -232,9 +240,8 @@ def from_cli(lms_kb, lms_frac=None, lms_parts=False):
 
 
 def _stack():
-    if not hasattr(_local, "stack"):
-        _local.stack = []
-    return _local.stack
+    # Kept where import_model reads it (the importers never import LMS).
+    return lms_hook.active()
 
 
 def _models():

@@ -17,8 +17,8 @@ from keras_caffe.distributed import ScaledLearningRate
 from keras_caffe.errors import KerasCaffeError, SolverError
 from keras_caffe.importers.formats.paths import locate
 from keras_caffe.importers.net.compile_args import training_args
-from keras_caffe.importers.net.export import param_multipliers
-from keras_caffe.importers.net.importing import caffe_parts, import_net
+from keras_caffe.importers.net.blobs import caffe_parts, param_multipliers
+from keras_caffe.importers.net.importing import import_net
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
 from keras_caffe.schedules import schedule_from_param
 

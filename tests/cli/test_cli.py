@@ -82,7 +82,7 @@ def test_bad_net_names_the_problem(tmp_path, capsys):
     assert cli.main(["import", str(net), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(
-        f"keras-caffe: error: {net}: no converter for layer type(s) Frobnicate; supported: ")
+        f"keras-caffe: error: {net}: unsupported layer type(s) Frobnicate; supported: ")
     assert not out.exists()
 
 

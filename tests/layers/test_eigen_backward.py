@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from keras_caffe import kernels
 from keras_caffe.importers import import_model
-from keras_caffe.importers.net.importing import caffe_layers
+from keras_caffe.importers.net.blobs import caffe_layers
 from keras_caffe.layers import conv, pooling
 from layers.test_kernel_families import gradients
 

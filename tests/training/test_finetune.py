@@ -20,7 +20,7 @@ import keras_caffe
 from support.caffe_reference import apply_update, mlp_softmax_diffs
 from support.forked import run as run_forked
 from keras_caffe.errors import WeightsError
-from keras_caffe.importers.net.importing import caffe_layers
+from keras_caffe.importers.net.blobs import caffe_layers
 
 pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
 

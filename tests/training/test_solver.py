@@ -41,7 +41,7 @@ def run_case(case, tmp_path, monkeypatch, **kwargs):
 
 
 def blobs_of(solver):
-    from keras_caffe.importers.net.importing import caffe_layers
+    from keras_caffe.importers.net.blobs import caffe_layers
 
     layers = caffe_layers(solver.net)
     return {f"{name}_{kind}": blob for name in ("ip1", "ip2")

@@ -89,10 +89,10 @@ def test_unknown_fields_of_unknown_types_do_not_stop_the_listing():
     assert err.value.types == ["Mystery"]
 
 
-def test_a_users_converter_for_a_fork_type_runs():
+def test_a_users_layer_type_for_a_fork_type_runs():
     seen = {}
 
-    @importers.converter("Mystery")
+    @importers.register_layer_type("Mystery")
     def mystery(layer, bottoms, ctx):
         seen.update(ctx.fork_fields(layer))  # the fork's param, as written
         return bottoms
@@ -100,18 +100,18 @@ def test_a_users_converter_for_a_fork_type_runs():
     try:
         model = keras_caffe.import_model(net())
     finally:
-        importers.unregister_converter("Mystery")
+        importers.unregister_layer_type("Mystery")
     assert model.output_shape == (None, 4, 4, 2)
     assert seen == {"mystery_param": 'mystery_param { size: 2 inner { a: "}" } }'}
 
 
-def test_an_unknown_field_on_a_converted_type_is_refused_where_it_is():
-    importers.converter("Mystery")(lambda layer, bottoms, ctx: bottoms)
+def test_an_unknown_field_on_a_built_type_is_refused_where_it_is():
+    importers.register_layer_type("Mystery")(lambda layer, bottoms, ctx: bottoms)
     try:
         with pytest.raises(ProtoParseError) as err:
             keras_caffe.import_model(net(conv_extra="conv_fork_mode: 3"))
     finally:
-        importers.unregister_converter("Mystery")
+        importers.unregister_layer_type("Mystery")
     assert str(err.value) == (
         "<prototxt text>:4:63: layer 'conv' (Convolution): field 'conv_fork_mode' is not in "
         "keras-caffe's schema (a Caffe fork's?), so its meaning would be lost: Message type "
@@ -121,14 +121,14 @@ def test_an_unknown_field_on_a_converted_type_is_refused_where_it_is():
 
 def test_a_layer_outside_the_phase_does_not_block_the_import():
     """train_only's relu_param has a fork flag; the TEST net does not hold it."""
-    importers.converter("Mystery")(lambda layer, bottoms, ctx: bottoms)
+    importers.register_layer_type("Mystery")(lambda layer, bottoms, ctx: bottoms)
     try:
         keras_caffe.import_model(net(), phase="TEST")
         with pytest.raises(ProtoParseError, match=r"layer 'train_only' \(ReLU\): field "
                                                   r"'fork_flag'"):
             keras_caffe.import_model(net(), phase="TRAIN")
     finally:
-        importers.unregister_converter("Mystery")
+        importers.unregister_layer_type("Mystery")
 
 
 def test_a_python_layer_is_reported_as_such_in_a_fork_file():

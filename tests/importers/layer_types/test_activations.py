@@ -2,7 +2,7 @@
 
 Each reference follows the Caffe layer's loop (and its float32 constants);
 special values (0, -0, inf, NaN, ties) check the branches Caffe takes.
-Helper converters (registered only while a test runs) give blobs the other
+Helper layer types (registered only while a test runs) give blobs the other
 layouts: Caffe order on channels-last data, and flattened channels-last.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from keras_caffe.errors import LayerError, WeightsError
-from keras_caffe.importers import converter, import_model, load_into, unregister_converter
+from keras_caffe.importers import import_model, load_into, register_layer_type, unregister_layer_type
 from keras_caffe.importers.net.graph import Blob
 from keras_caffe.layers import elementwise
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
@@ -56,11 +56,11 @@ def permutes(model):
 def layouts():
     """Helper layer types: ToCaffe (Caffe order), FlatNHWC (flattened channels-last), Out."""
 
-    @converter("ToCaffe")
+    @register_layer_type("ToCaffe")
     def to_caffe(layer, bottoms, ctx):
         return [ctx.caffe_order(bottoms[0], layer)]
 
-    @converter("FlatNHWC")
+    @register_layer_type("FlatNHWC")
     def flat_nhwc(layer, bottoms, ctx):
         blob = bottoms[0]
         tensor = keras.layers.Flatten(name=ctx.keras_name(layer.name))(blob.tensor)
@@ -68,7 +68,7 @@ def layouts():
             return [Blob(tensor, "flat", tuple(ctx.caffe_shape(blob)[1:]))]
         return [Blob(tensor)]
 
-    @converter("Out")
+    @register_layer_type("Out")
     def out(layer, bottoms, ctx):
         # Model outputs in the model's image layout, whatever the blob's.
         blob = bottoms[0]
@@ -78,7 +78,7 @@ def layouts():
 
     yield
     for layer_type in ("ToCaffe", "FlatNHWC", "Out"):
-        unregister_converter(layer_type)
+        unregister_layer_type(layer_type)
 
 
 def through(layer_type, source, target, name=None):
@@ -101,7 +101,7 @@ def test_relu(slope, data_format):
 
 @pytest.mark.parametrize("slope", [0.0, 0.1, -0.5, 3.0])
 def test_caffe_relu_layer_takes_any_slope(slope):
-    """keras_caffe.layers.elementwise.ReLU, for a converter that needs negative slopes."""
+    """keras_caffe.layers.elementwise.ReLU, for a layer type that needs negative slopes."""
     x = tf.Variable(images())
     with tf.GradientTape() as tape:
         y = elementwise.ReLU(negative_slope=slope)(x)

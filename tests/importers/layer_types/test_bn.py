@@ -24,7 +24,7 @@ import tensorflow as tf
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model, load_into
 from keras_caffe.analysis import analyze
-from keras_caffe.importers.net.importing import caffe_layers
+from keras_caffe.importers.net.blobs import caffe_layers
 from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 

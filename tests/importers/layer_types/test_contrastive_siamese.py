@@ -102,7 +102,7 @@ def test_bvlc_siamese_imports_with_one_copy_of_each_tower_blob(name):
         for kind in ("kernel", "bias")]
     lr_mult, _ = keras_caffe.param_multipliers(model)
     assert set(lr_mult.values()) == {1.0, 2.0}  # blobs_lr / lr_mult 1 and 2, as the file says
-    from keras_caffe.importers.net.importing import caffe_sharers
+    from keras_caffe.importers.net.blobs import caffe_sharers
 
     assert caffe_sharers(model) == {f"{n}_p": n for n in ("conv1", "conv2", "ip1", "ip2", "feat")}
 

@@ -11,7 +11,7 @@ import pytest
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model, load_into
-from keras_caffe.importers.net.importing import caffe_layers
+from keras_caffe.importers.net.blobs import caffe_layers
 from keras_caffe.layers.deconv import Deconvolution, Embed
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
 

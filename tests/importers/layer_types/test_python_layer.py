@@ -54,8 +54,9 @@ def test_other_python_layers_are_refused(module, layer):
         import_model(text)
     assert str(err.value) == (
         "<prototxt text>: Python layer(s) 'evil' would run user code named in the model "
-        "file; keras-caffe never executes code from a model file. Register a converter for "
-        "the layer's behaviour, or replace it in the prototxt")
+        "file; keras-caffe never executes code from a model file. Register a layer type for "
+        "the layer's behaviour (keras_caffe.importers.register_layer_type), or replace it in "
+        "the prototxt")
     with pytest.raises(UnknownLayerTypeError) as err:
         analyze(text)
     assert err.value.layers == {"evil": "Python"}

@@ -16,7 +16,8 @@ from google.protobuf import text_format
 
 import keras_caffe
 from keras_caffe.importers.formats import net_proto
-from keras_caffe.importers.net.export import caffemodel_proto, export_caffemodel, model_blobs
+from keras_caffe.importers.net.blobs import model_blobs
+from keras_caffe.importers.net.export import caffemodel_proto, export_caffemodel
 from keras_caffe.importers.snapshots.files import load_snapshot, save_snapshot
 from keras_caffe.importers.net.weights import array_to_blob
 from keras_caffe.proto import caffe_pb2

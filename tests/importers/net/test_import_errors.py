@@ -50,7 +50,7 @@ def test_unknown_types_are_all_listed_at_once():
         keras_caffe.import_model(text)
     assert info.value.types == ["Frobnicate", "Quux"]
     message = str(info.value)
-    assert message.startswith("<prototxt text>: no converter for layer type(s) Frobnicate, Quux; supported: ")
+    assert message.startswith("<prototxt text>: unsupported layer type(s) Frobnicate, Quux; supported: ")
     assert ", ".join(registered_types()) in message
 
 
@@ -71,7 +71,7 @@ def test_python_layer_and_unknown_type_are_named_in_one_error():
         keras_caffe.import_model(text)
     assert info.value.types == ["Frobnicate"]
     assert str(info.value) == (
-        "<prototxt text>: no converter for layer type(s) Frobnicate; Python layer(s) 'py' would "
+        "<prototxt text>: unsupported layer type(s) Frobnicate; Python layer(s) 'py' would "
         "run user code named in the model file; keras-caffe never executes code from a model "
         f"file; supported: {', '.join(registered_types())}")
 
@@ -203,3 +203,34 @@ def test_bad_data_format_and_phase():
         keras_caffe.import_model(INPUT, data_format="NHWC")
     with pytest.raises(CaffeImportError, match="phase must be 'TRAIN' or 'TEST'"):
         keras_caffe.import_model(INPUT, phase="VAL")
+
+
+@pytest.mark.parametrize("lms", [1000, "LMS(1000)", keras_caffe.LMS],
+                         ids=["number", "text", "the class"])
+def test_an_lms_that_is_not_one_is_refused_before_importing(lms):
+    """``import_model(lms=...)`` checks the object through the method LMS
+    offers (the importers never import keras_caffe.lms): anything else, the
+    class itself included, is refused with this message, before the net is read."""
+    with pytest.raises(keras_caffe.ArgumentError) as info:
+        keras_caffe.import_model("no such file.prototxt", lms=lms)
+    assert str(info.value) == (
+        f"import_model: `lms` must be a keras_caffe.LMS or None, got {lms!r}")
+
+
+def test_an_lms_is_attached_through_its_attach_to():
+    """What ``import_model`` hands an LMS: the ``ImportedNet`` (model and
+    filtered net) and the import's phase, level, stages and data format."""
+    calls = []
+
+    class Recorder:
+        def attach_to(self, imported, **how):
+            calls.append((imported, how))
+            return imported.model
+
+    model = keras_caffe.import_model(INPUT + conv("c", "data"), lms=Recorder(), level=2,
+                                     stages=("deploy",), data_format="channels_first")
+    [(imported, how)] = calls
+    assert imported.model is model
+    assert [layer.name for layer in imported.net.layer] == ["data", "c"]
+    assert how == {"phase": "TEST", "level": 2, "stages": ("deploy",),
+                   "data_format": "channels_first"}

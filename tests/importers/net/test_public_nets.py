@@ -30,7 +30,7 @@ import pytest
 
 import keras_caffe
 from keras_caffe.importers import load_into, load_weights
-from keras_caffe.importers.net.importing import caffe_parts
+from keras_caffe.importers.net.blobs import caffe_parts
 from keras_caffe.importers.net.export import caffemodel_proto
 from keras_caffe.importers.formats.netfile import read_net
 from keras_caffe.layers import CaffeBlobs

@@ -17,11 +17,18 @@ import keras
 import numpy as np
 import pytest
 
-from keras_caffe.importers import converter, registered_types, unregister_converter
+from keras_caffe.importers import (
+    converter,
+    register_layer_type,
+    registered_types,
+    unregister_converter,
+    unregister_layer_type,
+)
 from keras_caffe.analysis import analyze
-from keras_caffe.importers.net.importing import caffe_layers, import_net
+from keras_caffe.importers.net.blobs import caffe_layers
+from keras_caffe.importers.net.importing import import_net
 from keras_caffe.importers.layer_types import base
-from keras_caffe.importers.net.registry import DuplicateConverterError, is_builtin, origin
+from keras_caffe.importers.net.registry import DuplicateLayerTypeError, is_builtin, origin
 
 #: tests/importers, whose folders hold the layer types' tests.
 IMPORTER_TESTS = Path(__file__).resolve().parents[1]
@@ -170,12 +177,33 @@ def test_analyze_only_types_say_why_they_are_not_imported():
 
 
 def test_duplicate_registration_is_an_error():
-    with pytest.raises(DuplicateConverterError, match="'ReLU' already has a converter"):
+    """Registering a built-in type again names the unit that holds it."""
+    with pytest.raises(DuplicateLayerTypeError) as info:
+        register_layer_type("ReLU")(lambda layer, bottoms, ctx: bottoms)
+    assert str(info.value) == (
+        "layer type 'ReLU' is already registered "
+        "(keras_caffe.importers.layer_types.neurons.ReLU); unregister_layer_type() it first")
+
+
+def test_the_former_names_are_the_same_objects():
+    """``converter``, ``unregister_converter`` and ``DuplicateConverterError``
+    (the names before "layer type") are the new ones, not copies."""
+    import keras_caffe
+    from keras_caffe.importers.net import registry
+
+    assert converter is register_layer_type is registry.register_layer_type
+    assert unregister_converter is unregister_layer_type is registry.unregister_layer_type
+    assert keras_caffe.DuplicateConverterError is keras_caffe.DuplicateLayerTypeError
+    assert registry.DuplicateConverterError is DuplicateLayerTypeError
+    assert {"DuplicateLayerTypeError", "DuplicateConverterError"} <= set(keras_caffe.__all__)
+    assert {"register_layer_type", "unregister_layer_type", "converter",
+            "unregister_converter"} <= set(keras_caffe.importers.__all__)
+    with pytest.raises(keras_caffe.DuplicateConverterError):  # old code catching the old name
         converter("ReLU")(lambda layer, bottoms, ctx: bottoms)
 
 
 def test_users_register_their_own_types():
-    @converter("MyIdentity")
+    @register_layer_type("MyIdentity")
     def my_identity(layer, bottoms, ctx):
         """Passes its bottom through."""
         return bottoms
@@ -185,15 +213,15 @@ def test_users_register_their_own_types():
         assert not is_builtin("MyIdentity")
         assert origin("MyIdentity").startswith("user (")
     finally:
-        assert unregister_converter("MyIdentity") is my_identity
+        assert unregister_layer_type("MyIdentity") is my_identity
     assert "MyIdentity" not in registered_types()
 
 
-def test_a_user_converter_feeds_later_shape_rules():
-    """A user's converter has no shape rule: the shapes of its tops come from
+def test_a_user_layer_type_feeds_later_shape_rules():
+    """A user's layer type has no shape rule: the shapes of its tops come from
     the Keras layers it built, and the layers after it are checked as usual."""
 
-    @converter("Doubler")
+    @register_layer_type("Doubler")
     def doubler(layer, bottoms, ctx):
         """Concatenates its bottom with itself on the channel axis."""
         blob = bottoms[0]
@@ -211,4 +239,4 @@ def test_a_user_converter_feeds_later_shape_rules():
         assert conv.caffe_blob_shapes() == [(3, 4, 3, 3), (3,)]
         assert tuple(model.output.shape) == (None, 2, 2, 3)
     finally:
-        unregister_converter("Doubler")
+        unregister_layer_type("Doubler")

@@ -79,7 +79,7 @@ def test_towers_hold_one_copy_of_each_blob():
     model = siamese()
     assert [w.path for w in model.weights] == list(LR_MULT)
     assert keras_caffe.param_multipliers(model) == (LR_MULT, DECAY_MULT)
-    from keras_caffe.importers.net.importing import caffe_sharers
+    from keras_caffe.importers.net.blobs import caffe_sharers
 
     assert caffe_sharers(model) == {"ip1_p": "ip1", "ip2_p": "ip2"}
     # the towers compute the same function: swapping a and b gives the same sum

@@ -346,6 +346,37 @@ def test_keras_optimizer_and_plain_model_round_trip(tmp_path):
                    before)
 
 
+def test_a_distributed_optimizer_is_stored_as_its_inner_one(tmp_path):
+    """A ``DistributedOptimizer`` (found through its ``inner_optimizer``: the
+    snapshots never import keras_caffe.distributed) holds no state of its
+    own: its snapshot is the inner optimizer's and restores into a bare one,
+    as a horovodrun snapshot does in a single process."""
+    from keras_caffe.distributed import DistributedOptimizer
+
+    model, inner = tiny_model(keras_caffe.SGD, momentum=0.9)
+    rng = np.random.default_rng(4)
+    randomize(model, inner, rng)
+    before = snapshot_values(model, inner)
+    files = save_snapshot(model, DistributedOptimizer(inner), tmp_path / "d", None,
+                          format="keras")
+    model2, bare = tiny_model(keras_caffe.SGD, momentum=0.9)
+    load_snapshot(files.solverstate, model2, bare)
+    assert_bitwise(snapshot_values(model2, bare), before)
+
+
+def test_a_loss_scale_optimizer_keeps_its_loss_scale(tmp_path):
+    """Keras's ``LossScaleOptimizer`` also has an ``inner_optimizer`` but holds
+    state of its own: the snapshot stores it whole, loss scale included."""
+    model, inner = tiny_model(keras_caffe.SGD, momentum=0.9)
+    optimizer = keras.optimizers.LossScaleOptimizer(inner)
+    optimizer.build(model.trainable_variables)
+    optimizer.dynamic_scale.assign(1024.0)
+    files = save_snapshot(model, optimizer, tmp_path / "ls", None, format="keras")
+    optimizer.dynamic_scale.assign(8.0)
+    load_snapshot(files.solverstate, model, optimizer)
+    assert float(optimizer.dynamic_scale.numpy()) == 1024.0
+
+
 def test_yellowfin_resumes_exactly(tmp_path):
     """YellowFin's window and averages are optimizer variables: a resumed run
     continues bitwise as the uninterrupted one."""
