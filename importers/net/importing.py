@@ -60,8 +60,7 @@ def import_model(net, weights=None, *, phase="TEST", data_format="channels_last"
                           input_shapes=input_shapes)
     lms = lms if lms is not None else lms_hook.current()
     if lms is not None:
-        lms_hook.attach(imported, lms, phase=phase, level=level, stages=stages,
-                        data_format=data_format)
+        lms.attach_to(imported, phase=phase, level=level, stages=stages, data_format=data_format)
     return imported.model
 
 

@@ -38,8 +38,3 @@ def is_lms(value):
     (not a class) offering ``attach_to``."""
     return not isinstance(value, type) and callable(getattr(value, "attach_to", None))
 
-
-def attach(imported, lms, *, phase, level, stages, data_format):
-    """Apply ``lms`` to the ``ImportedNet`` ``imported``; returns the model."""
-    return lms.attach_to(imported, phase=phase, level=level, stages=stages,
-                         data_format=data_format)

@@ -101,6 +101,7 @@ def imports(repo):
         text = path.read_text()
         lines = text.splitlines()
         tree = ast.parse(text)
+        guarded = _type_checking_imports(tree)
         local = set()
         for function in ast.walk(tree):
             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -109,7 +110,7 @@ def imports(repo):
         for node in ast.walk(tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            if _type_checking_only(tree, node):
+            if id(node) in guarded:
                 continue
             for target in _targets(node, module, known, path.name == "__init__.py"):
                 target = _project(target, known)
@@ -122,13 +123,12 @@ def imports(repo):
     return known, edges
 
 
-def _type_checking_only(tree, node):
-    for block in ast.walk(tree):
-        if (isinstance(block, ast.If) and isinstance(block.test, (ast.Name, ast.Attribute))
-                and "TYPE_CHECKING" in ast.unparse(block.test)
-                and any(child is node for child in ast.walk(block))):
-            return True
-    return False
+def _type_checking_imports(tree):
+    """ids of the imports under ``if TYPE_CHECKING:`` (never run)."""
+    return {id(child) for block in ast.walk(tree)
+            if isinstance(block, ast.If) and isinstance(block.test, (ast.Name, ast.Attribute))
+            and "TYPE_CHECKING" in ast.unparse(block.test)
+            for child in ast.walk(block) if isinstance(child, (ast.Import, ast.ImportFrom))}
 
 
 def cycles(nodes, edges):
@@ -173,8 +173,8 @@ def layer_of(module):
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best[0]:
                 best = (len(prefix), rank)
-    if best[1] is None and module == "keras_caffe":
-        return LAYERS.index(LAYERS[6])
+    if best[1] is None and module == "keras_caffe":  # the package root re-exports the public API
+        return [name for name, _ in LAYERS].index("public API")
     return best[1]
 
 
