@@ -8,6 +8,9 @@
 #   make test-compat   the tests marked `compat` (tests/support/tiers.py) in .venv-tf216 (the oldest
 #                      TensorFlow setup.cfg allows, + Horovod) with the CPU kernels TensorFlow
 #                      does not pick by default
+#   make test-backends the tests of the core that runs on every Keras backend (tests/support/tiers.py
+#                      BACKENDS) on JAX and on PyTorch, each in its own venv without TensorFlow
+#                      (.venv-jax, .venv-torch; CPU builds); make test-jax / test-torch: one of them
 #   make verify-claims the experiments behind the docs' research claims (docs/claims.md); each
 #                      exits non-zero when its claim fails
 #   make bench         benchmarks/ (not part of the tests)
@@ -36,6 +39,7 @@ BIN = $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install deps horovod compat-deps compat-horovod demo test test-quick test-compat \
+	jax-deps torch-deps test-backends test-jax test-torch \
 	test-durations verify-claims bench bench-horovod proto clean
 
 # A fresh Debian needs python3-venv for `python3 -m venv`.
@@ -181,6 +185,55 @@ test-compat:
 test-durations:
 	KERAS_CAFFE_RECORD_DURATIONS=1 $(MAKE) --no-print-directory test KERNELS_AGAIN=0
 
+# The core on JAX and on PyTorch (tests/support/tiers.py BACKENDS): one venv
+# each, made from setup.cfg's extra for that backend and without TensorFlow
+# (checked: these runs show the core needs none). Pinned to what the suite
+# was measured with; PyTorch's CPU build: on Linux PyPI's plain `torch` is a
+# CUDA build of several GB.
+JAX_VENV ?= .venv-jax
+TORCH_VENV ?= .venv-torch
+JAX_SPEC ?= jax==0.10.2
+TORCH_SPEC ?= torch==2.13.0
+BACKEND_EXTRAS ?= test
+NO_TENSORFLOW = -c 'import importlib.util, sys; \
+	sys.exit("TensorFlow is installed here: rm -rf this venv and make again" \
+	if importlib.util.find_spec("tensorflow") else 0)'
+
+# backend_venv VENV SPEC EXTRA: the venv with that backend, its extra and the
+# package (rebuilt from the working tree each time, as `install` does).
+define backend_venv
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y python3-venv)
+	[ -x $(1)/bin/python ] || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --upgrade pip setuptools wheel
+	$(1)/bin/pip install --quiet "$(2)" ".[$(3),$(BACKEND_EXTRAS)]" && rm -rf build
+	$(1)/bin/python $(NO_TENSORFLOW)
+endef
+
+$(JAX_VENV)/.deps: setup.cfg
+	$(call backend_venv,$(JAX_VENV),$(JAX_SPEC),jax)
+	touch $@
+$(TORCH_VENV)/.deps: setup.cfg
+	$(call backend_venv,$(TORCH_VENV),$(TORCH_SPEC),torch)
+	touch $@
+jax-deps: $(JAX_VENV)/.deps
+torch-deps: $(TORCH_VENV)/.deps
+
+# test_backend VENV BACKEND: the package reinstalled, then the BACKENDS files
+# with KERAS_BACKEND set (conftest.py collects only those there).
+define test_backend
+	$(1)/bin/pip install --quiet --no-deps --no-build-isolation --force-reinstall . && rm -rf build
+	@echo "== the tests of the core on $(2) ($(1), no TensorFlow)"
+	KERAS_BACKEND=$(2) KERAS_CAFFE_EXPECT_INSTALLED=1 $(1)/bin/pytest -n $(TEST_WORKERS) \
+		--dist loadfile --no-loadscope-reorder $(SUITE_ARGS)
+endef
+
+test-jax: $(JAX_VENV)/.deps
+	$(call test_backend,$(JAX_VENV),jax)
+test-torch: $(TORCH_VENV)/.deps
+	$(call test_backend,$(TORCH_VENV),torch)
+test-backends: test-jax test-torch
+
 # The research claims of docs/claims.md, each a benchmark at the claim's size
 # that exits 1 when the claim fails (about 20 CPU minutes in all); the suite
 # keeps smoke tests of the same code (tests/optimizers/test_yellowfin_no_tuning.py,
@@ -210,4 +263,4 @@ proto:
 	.venv-protoc/bin/python -m grpc_tools.protoc -I. --python_out=. keras_caffe/proto/caffe.proto
 
 clean:
-	rm -rf build dist *.egg-info .venv .venv-tf216 .venv-tf218 .venv-protoc $(LENET)/digits_*_lmdb $(LENET)/snapshots
+	rm -rf build dist *.egg-info .venv .venv-tf216 .venv-tf218 .venv-protoc .venv-jax .venv-torch $(LENET)/digits_*_lmdb $(LENET)/snapshots

@@ -41,8 +41,6 @@ from keras_caffe.importers.net.blobs import caffe_layers, param_multipliers
 from keras_caffe.importers.net.export import export_caffemodel
 from keras_caffe.importers.layer_types.pooling import pooling_rule
 from keras_caffe.importers.formats.netfile import filter_net, net_state, read_net
-from keras_caffe.importers.data.pipeline_core import DataPipeline
-from keras_caffe.importers.data.pipelines import layer_pipeline, net_pipeline, pipeline_errors
 from keras_caffe.importers.formats.protofile import parse_text, read_binary, read_text
 from keras_caffe.importers.net.registry import (
     converter,
@@ -61,7 +59,30 @@ __all__ = [
     "import_model", "export_caffemodel", "param_multipliers", "caffe_layers", "load_into", "load_weights", "read_net", "filter_net",
     "net_state", "parse_text", "read_binary", "read_text", "read_solver", "converter",
     "registered_types", "unregister_converter", "training_args", "save_snapshot",
-    "load_snapshot", "SnapshotError", "layer_pipeline", "net_pipeline", "pipeline_errors",
-    "DataPipeline", "import_net", "ImportedNet", "layer_summary", "LayerSummary", "pooling_rule",
+    "load_snapshot", "SnapshotError", "import_net", "ImportedNet", "layer_summary", "LayerSummary", "pooling_rule",
     "register_layer_type", "unregister_layer_type",
 ]
+
+#: The data layers as tf.data (TensorFlow's backend only): imported on first
+#: use, so the rest of the importers runs on every Keras backend; on another
+#: backend ``keras_caffe.importers.data`` raises TensorFlowRequirementError.
+_DATA = {
+    "DataPipeline": "keras_caffe.importers.data.pipeline_core",
+    "layer_pipeline": "keras_caffe.importers.data.pipelines",
+    "net_pipeline": "keras_caffe.importers.data.pipelines",
+    "pipeline_errors": "keras_caffe.importers.data.pipelines",
+}
+
+
+def __getattr__(name):
+    if name not in _DATA:
+        raise AttributeError(f"module 'keras_caffe.importers' has no attribute {name!r}")
+    import importlib  # here: the data layers import TensorFlow (TensorFlow optional)
+
+    value = getattr(importlib.import_module(_DATA[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_DATA))

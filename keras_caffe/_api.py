@@ -1,10 +1,11 @@
-"""keras-caffe's public API, imported together, TensorFlow with it.
+"""keras-caffe's public API on every Keras backend, imported together.
 
 ``keras_caffe/__init__.py`` takes its names from here: at once for a
 library ``import keras_caffe``; in the command line only once the arguments
 are parsed and the input files found (``keras_caffe.cli.main``), so
 ``--help``, ``--version``, a usage error or a missing file answers without
-waiting for TensorFlow.
+waiting for TensorFlow. The names that need the TensorFlow backend are in
+``keras_caffe._api_tensorflow``.
 """
 
 from keras_caffe import initializers, layers, losses, schedules  # registers the serializables .keras files name
@@ -16,8 +17,10 @@ from keras_caffe.errors import (
     DuplicateLayerTypeError,
     GraphError,
     HorovodBuildError,
+    BackendRequirementError,
     KerasCaffeError,
     LayerError,
+    LayerLimitError,
     ProtoParseError,
     SolverError,
     TensorFlowRequirementError,
@@ -37,11 +40,8 @@ from keras_caffe.optimizers import (
 )
 from keras_caffe.importers import export_caffemodel, import_model, param_multipliers
 from keras_caffe.importers.snapshots.file_io import SnapshotError
-from keras_caffe.distributed._hvd import HorovodUnavailableError
-from keras_caffe.lms.policy import LMS
-from keras_caffe.lms.plan import LayerLimitError
+from keras_caffe.errors import HorovodUnavailableError
 from keras_caffe.optimizers.from_solver import optimizer_from_solver
-from keras_caffe.training.solver import Solver, get_solver
 
 __all__ = [
     "initializers", "layers", "losses", "schedules",
@@ -51,6 +51,6 @@ __all__ = [
     "SGD", "AdaDelta", "AdaGrad", "Adam", "CaffeOptimizer", "Nesterov", "RMSProp", "YellowFin",
     "export_caffemodel", "import_model", "param_multipliers", "DuplicateLayerTypeError",
     "DuplicateConverterError",
-    "SnapshotError", "HorovodUnavailableError", "LMS", "LayerLimitError",
-    "optimizer_from_solver", "Solver", "get_solver",
+    "SnapshotError", "HorovodUnavailableError", "LayerLimitError", "BackendRequirementError",
+    "optimizer_from_solver",
 ]

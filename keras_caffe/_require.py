@@ -6,7 +6,8 @@ all install the same ``tensorflow`` module, and pip installing one on top of
 another breaks it (issue 13). A bare environment gets TensorFlow through the
 ``tensorflow`` extra; ``import keras_caffe`` without a TensorFlow >= 2.16
 raises a one-line ``TensorFlowRequirementError`` saying what to install:
-importing this module runs the check, first thing in keras_caffe/__init__.py.
+``keras_caffe.backends.require_backend`` runs the check, first thing in
+keras_caffe/__init__.py, when Keras's backend is TensorFlow.
 """
 
 import importlib.metadata
@@ -70,5 +71,3 @@ def require_tensorflow():
                 found=(name, version),
             )
 
-
-require_tensorflow()

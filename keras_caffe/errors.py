@@ -97,6 +97,21 @@ class LayerError(CaffeImportError):
         super().__init__(f"layer {layer!r}: {message}")
 
 
+class LayerLimitError(LayerError):
+    """A layer over Large Model Support's hard limit (``keras_caffe.lms``).
+    Also constructible from its message alone, so it keeps its type when
+    Keras re-raises it from inside a call (Keras rebuilds an exception as
+    ``type(e)(message)``)."""
+
+    def __init__(self, layer, message=None):
+        if message is not None:
+            super().__init__(layer, message)
+            return
+        text = str(layer)
+        KerasCaffeError.__init__(self, text)
+        self.layer = text.split("'")[1] if text.count("'") >= 2 else None
+
+
 class WeightsError(CaffeImportError):
     """A weights file is unreadable or does not fit the net."""
 
@@ -113,17 +128,26 @@ class HorovodBuildError(KerasCaffeError):
     the edit), or a failed compile (naming the log)."""
 
 
-class TensorFlowRequirementError(ImportError):
-    """``import keras_caffe`` found no TensorFlow, or one older than 2.16.
-
-    Raised before TensorFlow, Keras or NumPy is imported; the message is one
-    line naming the pip command that fixes it. ``found`` is ``None`` when no
-    TensorFlow is installed, else ``(distribution, version)``.
-    """
+class BackendRequirementError(ImportError):
+    """``import keras_caffe`` found Keras set to a backend keras-caffe does not
+    run on, or that backend's package missing (``keras_caffe.backends``).
+    Raised before Keras is imported; the message is one line saying what to
+    set or install."""
 
     def __init__(self, message, found=None):
         self.found = found
         super().__init__(message)
+
+
+class TensorFlowRequirementError(BackendRequirementError):
+    """``import keras_caffe`` on the TensorFlow backend found no TensorFlow, or
+    one older than 2.16; or a TensorFlow-only feature (``Solver``, the data
+    layers, LMS, Horovod, MirroredStrategy) was used on another backend.
+
+    The message is one line naming what to do (the pip command, or
+    ``KERAS_BACKEND=tensorflow``). ``found`` is ``None`` when no TensorFlow
+    is installed, else ``(distribution, version)``.
+    """
 
 
 class HorovodUnavailableError(ImportError):

@@ -12,7 +12,10 @@ import pytest
 from keras_caffe.importers.formats.atomic import atomic_output
 
 from support import GOLDEN
-from support.tiers import COMPAT, NOT_QUICK
+from support.tiers import BACKENDS, COMPAT, NOT_QUICK
+
+#: The Keras backend this run uses (make test-backends sets KERAS_BACKEND).
+BACKEND = keras.backend.backend()
 
 
 @pytest.fixture(scope="session")
@@ -79,14 +82,43 @@ def _mark_tiers(items):
             item.add_marker(pytest.mark.compat)
         if name not in NOT_QUICK and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.quick)
+        if name in BACKENDS:
+            item.add_marker(pytest.mark.backends)
 
 
-def pytest_collection_modifyitems(items):
+def pytest_ignore_collect(collection_path, config):
+    """On JAX or PyTorch, only the files in BACKENDS (tests/support/tiers.py)
+    are collected: the others test TensorFlow-only features, and may import
+    TensorFlow, which those venvs lack."""
+    if BACKEND == "tensorflow" or collection_path.suffix != ".py" \
+            or not collection_path.name.startswith("test_"):
+        return None
+    name = collection_path.resolve().relative_to(Path(__file__).resolve().parent.parent)
+    return None if name.as_posix() in BACKENDS else True
+
+
+def _leave_out_tensorflow_only(items, config):
+    """On JAX or PyTorch, tests marked ``tensorflow_only`` (XLA through
+    ``tf.function``, oneDNN/Eigen kernels, tf.data) are deselected."""
+    if BACKEND == "tensorflow":
+        return
+    left_out = [item for item in items if item.get_closest_marker("tensorflow_only")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("tensorflow_only")]
+
+
+def pytest_report_header(config):
+    return f"keras-caffe: Keras {keras.__version__} on the {BACKEND} backend"
+
+
+def pytest_collection_modifyitems(config, items):
     """The tiers' markers, then the longest files first, each whole and in
     its own order: ``make test``'s pytest-xdist workers take whole files in
     collection order (``--no-loadscope-reorder``), so a long file started
     last would leave one worker alone at the end. Lengths are those recorded
     in ``durations.json``; a file not there counts a second per test."""
+    _leave_out_tensorflow_only(items, config)
     _mark_tiers(items)
     recorded = _recorded()
     tests = Counter(_file_of(item.nodeid) for item in items)

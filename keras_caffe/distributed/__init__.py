@@ -31,6 +31,11 @@ how to install it (``keras-caffe install-horovod``: Horovod 0.28.1 patched
 and built with Gloo against the installed TensorFlow, 2.16 to 2.21).
 """
 
+from keras_caffe.backends import require_tensorflow_backend
+
+# Built on TensorFlow: on another Keras backend, one line saying so (keras_caffe.backends).
+require_tensorflow_backend('keras_caffe.distributed (Horovod, MirroredStrategy)')
+
 from keras_caffe.distributed._hvd import HorovodUnavailableError
 from keras_caffe.distributed.context import (
     RANK_SEED_STRIDE,

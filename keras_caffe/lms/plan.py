@@ -46,7 +46,8 @@ import keras
 import numpy as np
 
 from keras_caffe.devices import fmt_bytes
-from keras_caffe.errors import ArgumentError, KerasCaffeError, LayerError
+# LayerLimitError: defined in keras_caffe.errors, re-exported here (its former home)
+from keras_caffe.errors import ArgumentError, KerasCaffeError, LayerError, LayerLimitError  # noqa: F401
 from keras_caffe.layers.conv import Convolution
 
 _SIZES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
@@ -302,18 +303,6 @@ def model_graph(model, eigen=False):
     return Graph(model=model, inputs=inputs, outputs=outputs, nodes=ordered, eigen=eigen)
 
 
-class LayerLimitError(LayerError):
-    """A layer over the hard limit. Also constructible from its message
-    alone, so it keeps its type when Keras re-raises it from inside a call
-    (Keras rebuilds an exception as ``type(e)(message)``)."""
-
-    def __init__(self, layer, message=None):
-        if message is not None:
-            super().__init__(layer, message)
-            return
-        text = str(layer)
-        KerasCaffeError.__init__(self, text)
-        self.layer = text.split("'")[1] if text.count("'") >= 2 else None
 
 
 def check_hard_limit(graph, batch, limit, where):

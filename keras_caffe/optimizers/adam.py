@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import keras
 from keras import ops
 from keras.optimizers.schedules import LearningRateSchedule
 
@@ -56,13 +57,8 @@ class Adam(CaffeOptimizer):
         m = self.slot(self.m, variable)
         v = self.slot(self.v, variable)
         rate = self.local_rate(learning_rate, variable)
-        # In double, as Caffe computes it: 1 - beta^t cancels most digits.
-        t = ops.cast(self.iterations + 1, "float64")
-        correction = ops.cast(
-            ops.sqrt(1.0 - ops.power(ops.cast(self.momentum2, "float64"), t))
-            / (1.0 - ops.power(ops.cast(self.momentum, "float64"), t)),
-            variable.dtype,
-        )
+        correction = ops.cast(_bias_correction(self.momentum, self.momentum2,
+                                               self.iterations + 1), variable.dtype)
         m_new = ops.add(ops.multiply(1.0 - self.momentum, gradient), ops.multiply(self.momentum, m))
         v_new = ops.add(
             ops.multiply(1.0 - self.momentum2, ops.square(gradient)),
@@ -72,3 +68,33 @@ class Adam(CaffeOptimizer):
         self.assign(v, v_new)
         step = ops.divide(m_new, ops.add(ops.sqrt(v_new), self.delta))
         self.assign_sub(variable, ops.multiply(ops.multiply(rate, correction), step))
+
+
+def _has_float64():
+    """Whether the backend computes in float64: all do but JAX without x64."""
+    if keras.backend.backend() != "jax":
+        return True
+    import jax  # here, not at the top: on the JAX backend only (an optional backend)
+
+    return bool(jax.config.jax_enable_x64)
+
+
+def _bias_correction(beta1, beta2, t):
+    """Caffe's ``sqrt(1 - beta2^t) / (1 - beta1^t)`` at iteration ``t`` (from 1).
+
+    In double, as Caffe computes it (``pow(float, int)`` is double in C++):
+    ``1 - beta^t`` cancels most digits. Where the backend has no float64
+    (JAX without x64), in float32 as ``-expm1(t * log1p(beta - 1))``, which
+    keeps them: ``beta - 1`` is exact in float32 (Sterbenz), and expm1 and
+    log1p lose no digits near 0.
+    """
+    if _has_float64():
+        t = ops.cast(t, "float64")
+        return (ops.sqrt(1.0 - ops.power(ops.cast(beta2, "float64"), t))
+                / (1.0 - ops.power(ops.cast(beta1, "float64"), t)))
+    t = ops.cast(t, "float32")
+
+    def one_minus_power(beta):
+        return -ops.expm1(t * ops.log1p(ops.cast(beta, "float32") - 1.0))
+
+    return ops.sqrt(one_minus_power(beta2)) / one_minus_power(beta1)

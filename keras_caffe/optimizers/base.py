@@ -17,9 +17,17 @@
 Subclasses implement ``update_step`` with the solver's formula, using
 ``local_rate`` (the schedule's rate times the variable's ``lr_mult``).
 
-Under ``tf.distribute.MirroredStrategy`` with several replicas the pipeline
-runs once per update on the sum of the replicas' gradients (the global
-batch's), in cross-replica context: see ``keras_caffe.optimizers.replicas``.
+Every Keras backend runs the same ``keras.ops`` formulas. ``iter_size``'s
+"update on every ``iter_size``-th call" is a ``cond`` whose branch assigns
+variables on TensorFlow (graph) and PyTorch (eager); on JAX, where a traced
+branch cannot assign, the update is computed on every call and its results
+kept only on an update call (``select_update``), as Keras's own JAX optimizer
+does for ``gradient_accumulation_steps``.
+
+Under ``tf.distribute.MirroredStrategy`` with several replicas (TensorFlow's
+backend) the pipeline runs once per update on the sum of the replicas'
+gradients (the global batch's), in cross-replica context: see
+``keras_caffe.optimizers.replicas``, imported only on that backend.
 """
 
 from __future__ import annotations
@@ -27,13 +35,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_caffe._checks import check_int, check_number
 from keras_caffe._floats import float32_value, shortest, shown
 from keras_caffe.errors import ArgumentError, DistributedError, KerasCaffeError
-from keras_caffe.optimizers import multipliers, replicas
+from keras_caffe.optimizers import multipliers
 
 # Keras options whose semantics differ from Caffe's, with what to use instead.
 _REFUSED = {
@@ -107,11 +114,6 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         if not isinstance(float32_fields, bool):
             raise ArgumentError(owner, "float32_fields",
                                 f"must be True or False, got {float32_fields!r}")
-        if keras.backend.backend() != "tensorflow":
-            raise KerasCaffeError(
-                f"{owner}: keras-caffe needs the TensorFlow backend "
-                f"(KERAS_BACKEND=tensorflow); the backend is {keras.backend.backend()!r}"
-            )
         for key, advice in _REFUSED.items():
             if kwargs.pop(key, None) is not None:
                 raise ArgumentError(owner, key, f"is not supported: {advice}")
@@ -157,7 +159,7 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         self._decay_mults = multipliers.resolve(owner, "decay_mult", self.decay_mult, variables)
         if self.iter_size > 1:
             self._micro_step = self.add_variable(
-                shape=(), dtype="int64", name="iter_size_micro_step"
+                shape=(), dtype="int", name="iter_size_micro_step"  # as Keras's iterations
             )
             self._accumulators = self.add_optimizer_variables(variables, "iter_size_sum")
         if self.slot_names:
@@ -206,20 +208,13 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         if prepared is None:
             return super().apply(grads, trainable_variables)  # Keras's own error
         grads, variables = prepared
-        context = replicas.replicated_replica_context()
+        context = _replica_context()
         if context is not None:  # each replica's sum: one reduction, then one update
-            return context.merge_call(self._replicated_apply_summed, args=(grads,),
-                                      kwargs={"variables": variables})
+            return context.merge_call(_replicas().apply_summed, args=(self, grads, variables))
         result = self.update_from_sum(grads, variables)
         if self.iter_size > 1:
             self._micro_step.assign_add(self.iter_size)
         return result
-
-    def _replicated_apply_summed(self, strategy, grads, variables):
-        with tf.device(replicas.root(strategy)):
-            self.update_from_sum(replicas.sum_to_root(strategy, grads), variables)
-            if self.iter_size > 1:
-                self._micro_step.assign_add(self.iter_size)
 
     def _prepare(self, grads, trainable_variables):
         """``(grads, variables)`` for Caffe's pipeline: built, frozen
@@ -271,52 +266,57 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         replicas (``model.fit`` under ``MirroredStrategy``), one
         ``merge_call`` runs all of it in cross-replica context, the
         replicas' gradients summed once per update (``replicas``)."""
-        context = replicas.replicated_replica_context()
+        context = _replica_context()
         if context is not None:
             if reduce is not None:
                 raise DistributedError(
                     f"{type(self).__name__}: Horovod's all-reduce and a tf.distribute strategy "
-                    f"with {replicas.count()} replicas together: use one engine at a time")
-            return context.merge_call(self._replicated_caffe_apply, args=(grads,),
-                                      kwargs={"variables": variables})
+                    f"with {_replicas().count()} replicas together: use one engine at a time")
+            return context.merge_call(_replicas().caffe_apply, args=(self, grads, variables))
         if self.iter_size == 1:
             return self.update_from_sum(grads if reduce is None else reduce(grads), variables)
         sums = [self.slot(self._accumulators, v) for v in variables]
+        for s, g in zip(sums, grads):
+            s.assign_add(g)
 
         def update():
-            totals = [ops.add(s, g) for s, g in zip(sums, grads)]
+            totals = [s.value for s in sums]
             self.update_from_sum(totals if reduce is None else reduce(totals), variables)
             for s in sums:
-                s.assign(ops.zeros_like(s))
-
-        def accumulate():
-            for s, g in zip(sums, grads):
-                s.assign_add(g)
+                s.assign(ops.zeros(s.shape, s.dtype))
 
         is_update = ops.equal((self._micro_step + 1) % self.iter_size, 0)
-        ops.cond(is_update, update, accumulate)
+        self.run_if(is_update, update, variables)
         self._micro_step.assign_add(1)
 
-    def _replicated_caffe_apply(self, strategy, grads, variables):
-        """``caffe_apply`` in cross-replica context; ``grads`` per replica."""
-        with tf.device(replicas.root(strategy)):
-            if self.iter_size == 1:
-                return self.update_from_sum(replicas.sum_to_root(strategy, grads), variables)
-            sums = [self.slot(self._accumulators, v).value for v in variables]
+    def run_if(self, condition, update, variables):
+        """Run ``update()``, which assigns ``variables`` and this optimizer's
+        variables, only where the scalar ``condition`` holds.
 
-            def accumulate():
-                for s, g in zip(sums, grads):
-                    s.assign_add(g)  # each device adds its own replica's gradient
+        TensorFlow and PyTorch: a ``cond`` whose branch assigns. JAX: a traced
+        branch cannot assign (Keras's JAX trainer runs the optimizer in a
+        ``StatelessScope``), so ``update()`` runs every time and each variable
+        it may change gets ``where(condition, new, old)``
+        (``select_update``)."""
+        if keras.backend.backend() == "jax":
+            return self.select_update(condition, update, variables)
+        ops.cond(condition, update, lambda: None)
 
-            def update():
-                accumulate()
-                self.update_from_sum(replicas.sum_to_root(strategy, sums), variables)
-                for s in sums:
-                    s.assign(tf.zeros_like(s))
-
-            is_update = ops.equal((self._micro_step + 1) % self.iter_size, 0)
-            ops.cond(is_update, update, accumulate)
-            self._micro_step.assign_add(1)
+    def select_update(self, condition, update, variables):
+        """``update()`` run, then each of ``variables`` and this optimizer's
+        variables set to its new value where ``condition`` holds, else back
+        to its old one. The old values are read first: arrays that no assign
+        changes in place (JAX's; a PyTorch variable's value is its storage,
+        which is why ``run_if`` takes a ``cond`` there)."""
+        seen, touched = set(), []
+        for variable in list(variables) + list(self.variables):
+            if id(variable) not in seen:
+                seen.add(id(variable))
+                touched.append(variable)
+        before = [v.value for v in touched]
+        update()
+        for variable, old in zip(touched, before):
+            variable.assign(ops.where(condition, variable.value, old))
 
     def update_from_sum(self, grads, variables):
         """``apply_update`` of ``caffe_gradients``: the update from the sum of
@@ -329,11 +329,11 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
         subclass that needs the whole gradient first (YellowFin) overrides it.
         In cross-replica context of several replicas, every device's copy is
         updated with these gradients (``replicas.update_each_replica``)."""
-        if replicas.replicated_cross_replica():
+        if _in_cross_replica():
             if self.use_ema:
                 raise KerasCaffeError(f"{type(self).__name__}: use_ema is not supported under "
                                       "a tf.distribute strategy")
-            return replicas.update_each_replica(self, grads, variables)
+            return _replicas().update_each_replica(self, grads, variables)
         return keras.optimizers.Optimizer.apply(self, grads, variables)
 
     def caffe_gradients(self, grads, variables):
@@ -415,3 +415,28 @@ class CaffeOptimizer(keras.optimizers.Optimizer):
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.repr_fields().items())
         return f"{type(self).__name__}({args})"
+
+
+# -- tf.distribute (TensorFlow's backend only) ----------------------------------
+
+
+def _replicas():
+    """``keras_caffe.optimizers.replicas``, which imports TensorFlow."""
+    # here, not at the top: TensorFlow optional (tf.distribute exists on its backend only)
+    from keras_caffe.optimizers import replicas
+
+    return replicas
+
+
+def _replica_context():
+    """The replica context inside ``strategy.run`` of a ``tf.distribute``
+    strategy (``replicas.replicated_replica_context``); None on another backend."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    return _replicas().replicated_replica_context()
+
+
+def _in_cross_replica():
+    """Whether this runs in cross-replica context of a ``tf.distribute``
+    strategy (never on another backend)."""
+    return keras.backend.backend() == "tensorflow" and _replicas().replicated_cross_replica()

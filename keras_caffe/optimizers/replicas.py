@@ -88,3 +88,36 @@ def update_each_replica(optimizer, grads, variables):
         if variable.constraint is not None:
             variable.assign(variable.constraint(variable))
     optimizer.iterations.assign_add(1)
+
+
+def apply_summed(strategy, optimizer, grads, variables):
+    """``CaffeOptimizer.apply_summed`` in cross-replica context (``merge_call``):
+    the replicas' sums reduced once, then one update."""
+    with tf.device(root(strategy)):
+        optimizer.update_from_sum(sum_to_root(strategy, grads), variables)
+        if optimizer.iter_size > 1:
+            optimizer._micro_step.assign_add(optimizer.iter_size)
+
+
+def caffe_apply(strategy, optimizer, grads, variables):
+    """``CaffeOptimizer.caffe_apply`` in cross-replica context (``merge_call``);
+    ``grads`` per replica: each device accumulates its replica's gradient,
+    and an update reduces the accumulators once."""
+    with tf.device(root(strategy)):
+        if optimizer.iter_size == 1:
+            return optimizer.update_from_sum(sum_to_root(strategy, grads), variables)
+        sums = [optimizer.slot(optimizer._accumulators, v).value for v in variables]
+
+        def accumulate():
+            for s, g in zip(sums, grads):
+                s.assign_add(g)  # each device adds its own replica's gradient
+
+        def update():
+            accumulate()
+            optimizer.update_from_sum(sum_to_root(strategy, sums), variables)
+            for s in sums:
+                s.assign(tf.zeros_like(s))
+
+        is_update = tf.equal((optimizer._micro_step + 1) % optimizer.iter_size, 0)
+        tf.cond(is_update, update, accumulate)
+        optimizer._micro_step.assign_add(1)

@@ -8,7 +8,6 @@ import math
 from collections.abc import Mapping
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_caffe._checks import check_int, check_number
@@ -16,7 +15,6 @@ from keras_caffe._floats import shortest
 from keras_caffe._serializable import register
 from keras_caffe.errors import ArgumentError
 from keras_caffe.optimizers import yellowfin_feedback as feedback
-from keras_caffe.optimizers import replicas
 from keras_caffe.optimizers import yellowfin_tuner as tuner
 from keras_caffe.optimizers.base import CaffeOptimizer
 
@@ -47,9 +45,40 @@ class _Tuned(str):
         return str(self)
 
 
-def _handle(variable):
-    """The resource handle of a Keras or TensorFlow variable."""
-    return variable.value.handle if isinstance(variable, keras.Variable) else variable.handle
+def _tensorflow():
+    """``keras_caffe.optimizers.yellowfin_tensorflow``: the compiled update and the
+    fused momentum kernel, TensorFlow's speed paths."""
+    # here, not at the top: TensorFlow optional (its speed paths run on its backend only)
+    from keras_caffe.optimizers import yellowfin_tensorflow
+
+    return yellowfin_tensorflow
+
+
+def _on_tensorflow():
+    return keras.backend.backend() == "tensorflow"
+
+
+def _multiply_no_nan(x, factor):
+    """``x * factor``, and 0 where ``factor`` is 0 even if ``x`` is NaN or inf
+    (``tf.math.multiply_no_nan``): a skipped step's zero factor zeroes it."""
+    return ops.where(ops.equal(factor, 0), ops.zeros_like(x), ops.multiply(x, factor))
+
+
+def _is_concrete(value):
+    """Whether ``value`` can be read as a number here (not while a function is
+    being traced or compiled)."""
+    if _on_tensorflow():
+        return _tensorflow().executing_eagerly()
+    return not isinstance(value, _tracer_types())
+
+
+def _tracer_types():
+    """The types of a traced (not yet computed) value on JAX; none elsewhere."""
+    if keras.backend.backend() != "jax":
+        return ()
+    import jax  # here, not at the top: on the JAX backend only (the backend is optional)
+
+    return (jax.core.Tracer,)
 
 
 @register
@@ -90,6 +119,9 @@ class YellowFin(CaffeOptimizer):
     replicas' gradients, once per update, on the first device, and every
     device applies the same step (``keras_caffe.optimizers.replicas``); the
     update is then not compiled by itself (one XLA program runs on one device).
+    Every Keras backend runs the same formulas (``keras.ops``); on TensorFlow
+    the momentum step is its fused kernel and the update may compile itself
+    (``jit_compile``; ``keras_caffe.optimizers.yellowfin_tensorflow``).
 
     Cost: two passes over the parameters per update. The first reads ``g`` and
     ``avg(g)`` for ``||g||^2`` and ``||g - avg(g)||^2``, which mu and the rate
@@ -127,11 +159,14 @@ class YellowFin(CaffeOptimizer):
             ``feedback_gain`` (in (0, 1], the paper's 0.01). Synchronous
             training (staleness 0, an all-reduce) needs none of it. Not with
             ``use_nesterov``. See ``keras_caffe.optimizers.yellowfin_feedback``.
-        jit_compile: True: compile the whole update with XLA, also when the
-            training step is not compiled (Keras's default on CPU); False:
-            plain TensorFlow ops; "auto": True where big variables hold most
-            of the parameters (``compiles_update``). A compiled training
-            step compiles the update in any case.
+        jit_compile: TensorFlow's backend: True: compile the whole update
+            with XLA, also when the training step is not compiled (Keras's
+            default on CPU); False: plain TensorFlow ops; "auto": True where
+            big variables hold most of the parameters (``compiles_update``).
+            A compiled training step compiles the update in any case. On JAX
+            the update is compiled with the training step (Keras's default),
+            on PyTorch it runs op by op; the argument is kept (and saved) but
+            changes nothing there.
         weight_decay, regularization_type, clip_gradients, iter_size,
             lr_mult, decay_mult: Caffe's, as for ``CaffeOptimizer``.
         **kwargs: Keras's ``name``, ``use_ema``, ... (see ``CaffeOptimizer``).
@@ -219,7 +254,7 @@ class YellowFin(CaffeOptimizer):
             shape=(), dtype="float32", name="lr_factor",
             initializer=keras.initializers.Constant(
                 1.0 if isinstance(self._lr_factor, _Schedule) else self._lr_factor))
-        self._skipped_steps = scalar("skipped_steps", "int64")
+        self._skipped_steps = scalar("skipped_steps", "int")  # as Keras's iterations
         self._curv_win = scalar("curv_win", shape=(self.curv_win_width,))
         for name in _AVERAGES + (("sparsity_avg",) if self.sparsity_debias else ()):
             setattr(self, "_" + name, scalar(name))
@@ -267,29 +302,13 @@ class YellowFin(CaffeOptimizer):
         """Whether to run the update as its own XLA program here: not when
         already inside one, nor under a tf.distribute strategy (whose update
         runs in cross-replica context: ``replicas``)."""
-        return (not self._compiling and not tf.distribute.has_strategy()
+        return (_on_tensorflow() and not self._compiling and not _tensorflow().has_strategy()
                 and self.compiles_update(variables))
 
     def _run_compiled(self, method, grads, variables):
         """``method(self, grads, variables)`` as one XLA program, traced once
-        per (method, variables)."""
-        key = (method.__name__, *(id(v) for v in variables))
-        compiled = self._compiled_updates.get(key)
-        if compiled is None:
-            def update(grads):
-                # A densified IndexedSlices (an Embedding's gradient) can come
-                # without its static shape, which the update needs.
-                grads = [tf.ensure_shape(g, v.shape) for g, v in zip(grads, variables)]
-                object.__setattr__(self, "_compiling", True)
-                try:
-                    method(self, grads, variables)
-                finally:
-                    object.__setattr__(self, "_compiling", False)
-
-            compiled = tf.function(update, jit_compile=True, autograph=False)
-            self._compiled_updates[key] = compiled
-        # XLA updates dense tensors: an IndexedSlices gradient is densified here.
-        compiled([tf.convert_to_tensor(g) for g in grads])
+        per (method, variables) (TensorFlow's backend)."""
+        _tensorflow().run_compiled(self, method, grads, variables)
 
     def apply_update(self, grads, variables):
         # Two passes over the gradient: one reduction (||g||^2, ||g - avg(g)||^2),
@@ -304,15 +323,16 @@ class YellowFin(CaffeOptimizer):
         averages = [self.slot(self.grad_avg, v) for v in variables]
         sums = tuner.gradient_sums(grads, averages, self.sparsity_debias)
         update = self._tune(grads, variables, sums)
-        skipped = ops.cast(ops.logical_not(update.finite), "int64")
+        skipped = ops.cast(ops.logical_not(update.finite), self.iterations.dtype)
         object.__setattr__(self, "_update", update)
         try:
             if self.use_ema:
                 # Keras's moving average of the weights would move on a
-                # skipped step: keep it out of that step with a cond.
-                ops.cond(update.finite,
-                         lambda: super(YellowFin, self).apply_update(grads, variables),
-                         lambda: None)
+                # skipped step: keep it out of that step (a cond; on JAX the
+                # values kept only where the step is taken: ``run_if``).
+                self.run_if(update.finite,
+                            lambda: super(YellowFin, self).apply_update(grads, variables),
+                            variables)
             else:
                 super().apply_update(grads, variables)
                 self.iterations.assign_sub(skipped)  # Optimizer.apply counted it
@@ -322,7 +342,7 @@ class YellowFin(CaffeOptimizer):
 
     def _commit(self, variable, value, finite):
         """Assign ``value``, or keep the old value on a skipped step."""
-        self.assign(variable, ops.where(finite, value, variable))
+        self.assign(variable, ops.where(finite, value, variable.value))
 
     def _step_rate(self):
         """The tuned rate times ``lr_factor``, as the momentum step uses it."""
@@ -333,22 +353,37 @@ class YellowFin(CaffeOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         """One variable's share of the update pass: velocity, weights, avg(g).
 
-        The momentum step is TensorFlow's fused ``ResourceApplyMomentum``
-        (``v <- mu v + g``, ``w <- w - r v``, or Nesterov's ``w <- w - r g - r mu v``):
-        one kernel without XLA, and under XLA the same fused loop as the ops."""
+        The momentum step ``v <- mu v + g``, ``w <- w - r v`` (Nesterov's
+        ``w <- w - r g - r mu v``), in the order of TensorFlow's fused
+        ``ResourceApplyMomentum``, which runs it on TensorFlow's backend (one
+        kernel without XLA, and under XLA the same fused loop as the ops)."""
         update = self._update
         dtype = variable.dtype
         v, avg = self.slot(self.velocity, variable), self.slot(self.grad_avg, variable)
-        # multiply_no_nan: a zero factor (a skipped step) zeroes a NaN or inf too.
-        g = tf.math.multiply_no_nan(gradient, ops.cast(update.step_factor, gradient.dtype))
-        tf.raw_ops.ResourceApplyMomentum(
-            var=_handle(variable), accum=_handle(v), lr=self.local_rate(update.rate, variable),
-            grad=ops.cast(g, dtype), momentum=ops.cast(update.momentum, dtype),
-            use_locking=False, use_nesterov=self.use_nesterov)
-        g32 = g if update.stat_factor is update.step_factor else tf.math.multiply_no_nan(
+        # a zero factor (a skipped step) zeroes a NaN or inf too
+        g = _multiply_no_nan(gradient, ops.cast(update.step_factor, gradient.dtype))
+        rate = self.local_rate(update.rate, variable)
+        if _on_tensorflow():
+            _tensorflow().fused_momentum(variable, v, g, rate, update.momentum,
+                                         self.use_nesterov)
+        else:
+            self._momentum_step(variable, v, ops.cast(g, dtype), rate,
+                                ops.cast(update.momentum, dtype))
+        g32 = g if update.stat_factor is update.step_factor else _multiply_no_nan(
             gradient, ops.cast(update.stat_factor, gradient.dtype))
         g32, avg32 = ops.cast(g32, "float32"), ops.cast(avg, "float32")
         self.assign(avg, avg32 + update.avg_weight * (g32 - avg32))
+
+    def _momentum_step(self, variable, velocity, g, rate, mu):
+        """``ResourceApplyMomentum``'s formula in ``keras.ops``:
+        ``v <- v mu + g``; ``w <- w - v r``, Nesterov ``w <- w - (g r + v mu r)``."""
+        v_new = ops.add(ops.multiply(velocity, mu), g)
+        self.assign(velocity, v_new)
+        if self.use_nesterov:
+            step = ops.add(ops.multiply(g, rate), ops.multiply(ops.multiply(v_new, mu), rate))
+        else:
+            step = ops.multiply(v_new, rate)
+        self.assign_sub(variable, step)
 
     def _tune(self, grads, variables, sums):
         """Measure, tune and store mu and the rate; return the ``_Update``."""
@@ -365,9 +400,9 @@ class YellowFin(CaffeOptimizer):
         h_min, h_max, grad_var, dist = measured.estimates
         mu, alpha = tuner.single_step(grad_var, dist, h_min, h_max)
         alpha = ops.minimum(alpha, alpha * (t + 1.0) / (10.0 * self.curv_win_width))
-        prev_mu = ops.where(tuning, self._cl_target if self.closed_loop else self._yf_mu,
+        prev_mu = ops.where(tuning, (self._cl_target if self.closed_loop else self._yf_mu).value,
                             self.momentum)
-        prev_lr = ops.where(tuning, self._yf_lr, ops.cast(learning_rate, "float32"))
+        prev_lr = ops.where(tuning, self._yf_lr.value, ops.cast(learning_rate, "float32"))
         mu, alpha = ops.where(tuning, mu, prev_mu), ops.where(tuning, alpha, prev_lr)
         if not self.use_unsmoothed_lr_mu:
             mu = self.beta * prev_mu + (1.0 - self.beta) * mu
@@ -406,7 +441,7 @@ class YellowFin(CaffeOptimizer):
         """The rate of the last update (``learning_rate`` before the first)."""
         if not self.built:
             return float(self._initial_rate())
-        return ops.where(ops.greater(self.iterations, 0), self._yf_lr,
+        return ops.where(ops.greater(self.iterations, 0), self._yf_lr.value,
                          ops.cast(self._initial_rate(), "float32"))
 
     @property
@@ -430,7 +465,7 @@ class YellowFin(CaffeOptimizer):
         """The momentum of the last update (``momentum`` before the first)."""
         if not self.built:
             return self.momentum
-        return ops.where(ops.greater(self.iterations, 0), self._yf_mu, self.momentum)
+        return ops.where(ops.greater(self.iterations, 0), self._yf_mu.value, self.momentum)
 
     @property
     def target_momentum(self):
@@ -438,7 +473,7 @@ class YellowFin(CaffeOptimizer):
         ``tuned_momentum`` in the open loop)."""
         if not self.closed_loop or not self.built:
             return self.tuned_momentum
-        return ops.where(ops.greater(self.iterations, 0), self._cl_target, self.momentum)
+        return ops.where(ops.greater(self.iterations, 0), self._cl_target.value, self.momentum)
 
     @property
     def total_momentum(self):
@@ -497,7 +532,7 @@ class YellowFin(CaffeOptimizer):
     def _tuned_field(self, value, initial):
         """A tuned value as ``repr`` shows it: its current value once built,
         else ``<tuned from`` the first update's ``>``."""
-        if self.built and tf.executing_eagerly():
+        if self.built and _is_concrete(value):
             return _Tuned(f"{shortest(float(ops.convert_to_numpy(value)))!r} (tuned)")
         return _Tuned(f"<tuned from {shortest(float(ops.convert_to_numpy(initial)))!r}>")
 

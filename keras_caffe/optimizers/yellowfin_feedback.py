@@ -180,7 +180,7 @@ def close_loop(opt, grads, variables, target, scale, step, finite):
     # v_t, the velocity before this update, into slot t mod ring.
     velocity = gather([ops.convert_to_tensor(v) for v in opt.velocity], opt._cl_plan)
     here = ops.equal(ops.arange(ring, dtype="int32"), t % ring)
-    velocities = ops.where(here[:, None], velocity[None, :], opt._cl_velocities)
+    velocities = ops.where(here[:, None], velocity[None, :], opt._cl_velocities.value)
     opt._commit(opt._cl_velocities, velocities, finite)
 
     # (v_(t-tau) - g_(t-1)) / v_(t-tau-1), numerator and denominator averaged.
@@ -189,18 +189,18 @@ def close_loop(opt, grads, variables, target, scale, step, finite):
     ready = ops.greater_equal(t, tau + 2)
     decay = MEASURE_DECAY
     num_avg = ops.where(ready, decay * opt._cl_numerator + (1.0 - decay) * numerator,
-                        opt._cl_numerator)
+                        opt._cl_numerator.value)
     den_avg = ops.where(ready, decay * opt._cl_denominator + (1.0 - decay) * denominator,
-                        opt._cl_denominator)
+                        opt._cl_denominator.value)
     opt._commit(opt._cl_numerator, num_avg, finite)
     opt._commit(opt._cl_denominator, den_avg, finite)
     measured = masked_median(num_avg / den_avg)
     valid = ops.logical_and(ready, ops.isfinite(measured))
 
     offset = ops.where(valid, feedback(opt._cl_offset, target, measured, opt.feedback_gain),
-                       opt._cl_offset)
+                       opt._cl_offset.value)
     opt._commit(opt._cl_offset, offset, finite)
-    opt._commit(opt._cl_total, ops.where(valid, measured, opt._cl_total), finite)
+    opt._commit(opt._cl_total, ops.where(valid, measured, opt._cl_total.value), finite)
     opt._commit(opt._cl_target, target, finite)
     opt._commit(opt._yf_mu, target + offset, finite)
 

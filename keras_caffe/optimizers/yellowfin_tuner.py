@@ -20,8 +20,9 @@ whose statistics clip the gradient reads it once more (``scaled_deviation``).
 import collections
 import math
 
-import tensorflow as tf
 from keras import ops
+
+from keras_caffe import devices
 
 #: The authors' absolute guard (``EPS`` in JianGoForIt/YellowFin,
 #: tuner_utils/yellowfin.py): added to each curvature sample, floor of the
@@ -57,9 +58,10 @@ def push_curvature(window, sq_norm, step):
     """Write ``||g||^2 + EPS`` at slot ``t mod width``; return the new window and
     the min and max over its filled part (the last ``min(t + 1, width)`` samples)."""
     width = window.shape[0]
-    slots = ops.arange(width, dtype="int64")
-    step = ops.cast(step, "int64")
-    window = ops.where(ops.equal(slots, step % width), sq_norm + EPS, window)
+    slots = ops.arange(width, dtype="int32")
+    step = ops.cast(step, "int32")
+    window = ops.where(ops.equal(slots, step % width), sq_norm + EPS,
+                       getattr(window, "value", window))  # a variable's value (JAX takes no variable)
     filled = ops.less_equal(slots, step)
     low = ops.min(ops.where(filled, window, math.inf))
     high = ops.max(ops.where(filled, window, -math.inf))
@@ -103,9 +105,10 @@ def _row_width(size):
 
 
 def _accelerated():
-    """Whether a GPU or TPU is visible (asked when tracing, not on import, which
-    would freeze TensorFlow's device configuration)."""
-    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+    """Whether the backend computes on an accelerator, not the CPU (asked when
+    tracing, not on import, which would freeze TensorFlow's device
+    configuration)."""
+    return devices.compute_device() != "CPU"
 
 
 def _square_sums(terms):

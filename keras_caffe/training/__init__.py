@@ -3,3 +3,8 @@
 fine-tuning weights, snapshot files), its compiled step, signals, Caffe's
 log lines, progress, the resume state and random states snapshots carry,
 and ``caffe test``'s scoring and ``caffe time``'s timing."""
+
+from keras_caffe.backends import require_tensorflow_backend
+
+# Built on TensorFlow: on another Keras backend, one line saying so (keras_caffe.backends).
+require_tensorflow_backend("keras_caffe.training (Caffe's training loop: Solver, keras-caffe train)")

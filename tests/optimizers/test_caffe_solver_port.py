@@ -19,13 +19,13 @@ import h5py
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_caffe
 from keras_caffe.importers import read_binary
 from keras_caffe.proto import caffe_pb2
+from support.autodiff import gradients as autodiff
 from support.caffe_reference import apply_update
-from support import set_caffe_weights, sparse_softmax_loss, tiny_mlp
+from support import golden_dataset, set_caffe_weights, sparse_softmax_loss, tiny_mlp
 
 N, D = 8, 30  # batch and input size of the least-squares net
 RNG = np.random.RandomState(1701)
@@ -73,9 +73,8 @@ def euclidean_loss(y_true, y_pred):
 
 
 def gradients(model, x, y):
-    with tf.GradientTape() as tape:
-        loss = keras.ops.mean(euclidean_loss(y, model(x)))
-    return tape.gradient(loss, model.trainable_variables)
+    return autodiff(lambda: keras.ops.mean(euclidean_loss(y, model(x))),
+                    model.trainable_variables)
 
 
 def make(solver, hp, **extra):
@@ -230,10 +229,7 @@ def test_resume_from_caffe_solverstate(golden, name):
     optimizer.iterations.assign(iteration)
 
     # Caffe does not store the data position: the resumed run restarts at row 0.
-    data = np.load(folder / "data.npz")
-    batch = 64 if "fullbatch" in name else 16
-    ds = tf.data.Dataset.from_tensor_slices(
-        (data["data"], data["label"].astype("int32"))).batch(batch).repeat()
+    ds = golden_dataset(folder, batch_size=64 if "fullbatch" in name else 16)
     model.compile(optimizer=optimizer, loss=sparse_softmax_loss())
     model.fit(ds, steps_per_epoch=10, epochs=1, verbose=0, shuffle=False)
 

@@ -61,7 +61,14 @@ def replay(folder, jit_compile):
     return optimizer, recorder
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["eager-graph", "xla"])
+#: The training step as Keras runs it: not compiled ("eager-graph": a
+#: tf.function on TensorFlow, op by op on JAX and PyTorch) and compiled with
+#: XLA (TensorFlow, JAX). PyTorch's compiled step (torch.compile) is left
+#: out: minutes of compiling per case, and not what Keras runs there by default.
+JIT = {"tensorflow": [False, True], "jax": [False, True], "torch": [False]}[keras.backend.backend()]
+
+
+@pytest.mark.parametrize("jit_compile", JIT, ids=["eager-graph", "xla"][:len(JIT)])
 @pytest.mark.parametrize("case", CASES)
 def test_trajectory_matches_caffe(golden, case, jit_compile):
     folder = golden / "solvers" / case

@@ -122,13 +122,23 @@ def sparse_softmax_loss():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def golden_dataset(folder, batch_size=16):
-    """Caffe's HDF5Data order: rows in order, wrapping, never shuffled."""
-    import tensorflow as tf
-
+def golden_dataset(folder, batch_size=16, skip=0):
+    """Caffe's HDF5Data order: rows in order, wrapping, never shuffled; the
+    batches of tf.data's ``.batch(batch_size).repeat()`` (a short last batch
+    when the rows do not divide), the first ``skip`` left out, as a
+    generator any Keras backend's ``model.fit`` takes."""
     data = np.load(folder / "data.npz")
     x, y = data["data"], data["label"].astype("int32")
-    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).repeat()
+
+    def batches():
+        count = 0
+        while True:
+            for start in range(0, len(x), batch_size):
+                if count >= skip:
+                    yield x[start:start + batch_size], y[start:start + batch_size]
+                count += 1
+
+    return batches()
 
 
 def run_layers(layers_text, inputs, weights=None, data_format="channels_last", phase="TEST",

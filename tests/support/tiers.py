@@ -7,6 +7,10 @@ from a tier unseen).
 - ``make test-quick``: the edit loop, ``-m quick``: every file except those in
   NOT_QUICK (processes, horovodrun, whole-net training) and except tests
   marked ``slow``.
+- ``make test-backends``: the files in BACKENDS, in .venv-jax and .venv-torch
+  (no TensorFlow installed there) with ``KERAS_BACKEND`` set: conftest.py
+  collects only those files on a backend other than TensorFlow, and leaves
+  out their tests marked ``tensorflow_only``.
 - ``make test-compat``: ``-m compat``, on the oldest TensorFlow setup.cfg
   allows (2.16: NumPy 1.x, protobuf 4.x) with the other CPU kernel family:
   what can differ between TensorFlow versions and kernel families. A test is
@@ -115,4 +119,17 @@ NOT_QUICK = {
     "tests/layers/test_kernel_families.py": "training of every convolution configuration",
     "tests/importers/layer_types/test_yolo_detection.py": "a YOLO test net end to end",
     "tests/importers/layer_types/test_proposal.py": "the ZF Faster R-CNN test net end to end",
+}
+
+#: Files whose tests run on every Keras backend (TensorFlow, JAX, PyTorch):
+#: the golden tests of the optimizers, the schedules, the importer's numbers
+#: and the snapshot formats, and the core's own checks. On JAX and PyTorch
+#: conftest.py collects these files only (the others need TensorFlow).
+BACKENDS = {
+    "tests/test_backends.py": "the backend check, TensorFlow-only features refused by name",
+    "tests/optimizers/test_golden_solvers.py": "BVLC Caffe's recorded solver trajectories",
+    "tests/optimizers/test_caffe_solver_port.py": "Caffe's own solver test, ported",
+    "tests/optimizers/test_optimizers.py": "the solvers' arguments, saving, multipliers",
+    "tests/optimizers/test_solver_files.py": "solver files to optimizers",
+    "tests/test_schedules.py": "Caffe's lr policies against Caffe's formulas",
 }
