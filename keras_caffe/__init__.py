@@ -35,7 +35,7 @@ quiet_cli_start()
 # Then, before keras or numpy: Keras's backend must be TensorFlow (>= 2.16),
 # JAX or PyTorch, installed; else a one-line BackendRequirementError (or its
 # subclass TensorFlowRequirementError) naming what to set or install.
-from keras_caffe.backends import is_tensorflow, require_backend
+from keras_caffe.backends import is_tensorflow, require_backend, require_tensorflow_backend
 
 require_backend()
 
@@ -50,7 +50,7 @@ ERRORS = (
     "UnknownLayerError", "UnknownLayerTypeError", "UnsafeLayerError", "GraphError",
     "LayerError", "LayerLimitError", "WeightsError", "SnapshotError", "DuplicateLayerTypeError",
     "DuplicateConverterError", "DistributedError", "HorovodBuildError", "BackendRequirementError",
-    "TensorFlowRequirementError", "HorovodUnavailableError", "LayerLimitError",
+    "TensorFlowRequirementError", "HorovodUnavailableError",
 )
 
 #: The names that need Keras's TensorFlow backend -> the module defining each.
@@ -94,8 +94,6 @@ def __getattr__(name):
     if module is None and name in _API:
         module = "keras_caffe._api"
     if module is None and name in TENSORFLOW_ONLY:
-        from keras_caffe.backends import require_tensorflow_backend
-
         require_tensorflow_backend(f"keras_caffe.{name}")
         module = "keras_caffe._api_tensorflow" if name != "distributed" else TENSORFLOW_ONLY[name]
     if module is None:

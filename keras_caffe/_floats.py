@@ -5,9 +5,24 @@ A ``SolverParameter``'s ``base_lr``, ``momentum``, ``gamma``, ... are
 0.10000000149011612 as a Python float. keras-caffe computes with that value,
 as Caffe does, and shows it (``get_config``, ``repr``) as the shortest
 decimal that maps to the same float32: 0.1.
+
+Where Caffe computes in double (``pow(float, int)`` in C++), keras-caffe
+does too, in ``widest_float()``: float64, except on JAX without x64 (its
+default), which has none.
 """
 
+import keras
 import numpy as np
+
+
+def widest_float():
+    """``"float64"``, or ``"float32"`` on JAX without x64 enabled (JAX's
+    default, where float64 would be truncated with a warning)."""
+    if keras.backend.backend() != "jax":
+        return "float64"
+    import jax  # here, not at the top: on the JAX backend only (an optional backend)
+
+    return "float64" if jax.config.jax_enable_x64 else "float32"
 
 
 def float32_value(value):

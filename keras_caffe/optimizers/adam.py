@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import keras
 from keras import ops
 from keras.optimizers.schedules import LearningRateSchedule
 
 from keras_caffe.optimizers.base import CaffeOptimizer, shared_arguments
+from keras_caffe._floats import widest_float
 from keras_caffe._serializable import register
 
 
@@ -70,15 +70,6 @@ class Adam(CaffeOptimizer):
         self.assign_sub(variable, ops.multiply(ops.multiply(rate, correction), step))
 
 
-def _has_float64():
-    """Whether the backend computes in float64: all do but JAX without x64."""
-    if keras.backend.backend() != "jax":
-        return True
-    import jax  # here, not at the top: on the JAX backend only (an optional backend)
-
-    return bool(jax.config.jax_enable_x64)
-
-
 def _bias_correction(beta1, beta2, t):
     """Caffe's ``sqrt(1 - beta2^t) / (1 - beta1^t)`` at iteration ``t`` (from 1).
 
@@ -88,7 +79,7 @@ def _bias_correction(beta1, beta2, t):
     keeps them: ``beta - 1`` is exact in float32 (Sterbenz), and expm1 and
     log1p lose no digits near 0.
     """
-    if _has_float64():
+    if widest_float() == "float64":
         t = ops.cast(t, "float64")
         return (ops.sqrt(1.0 - ops.power(ops.cast(beta2, "float64"), t))
                 / (1.0 - ops.power(ops.cast(beta1, "float64"), t)))

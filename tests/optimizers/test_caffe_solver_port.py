@@ -69,7 +69,7 @@ def least_squares_model():
 
 
 def euclidean_loss(y_true, y_pred):
-    return 0.5 * keras.ops.sum(keras.ops.square(y_pred - y_true), axis=-1)
+    return 0.5 * keras.ops.sum(keras.ops.square(keras.ops.subtract(y_pred, y_true)), axis=-1)
 
 
 def gradients(model, x, y):
