@@ -6,8 +6,8 @@ import keras
 import numpy as np
 
 from keras_caffe._checks import check_int
-from keras_caffe.distributed.context import is_chief
-from keras_caffe.training.caffe_log import CaffeLog, SmoothedLoss
+from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
+from keras_caffe.callbacks.chief import is_chief
 
 
 class BatchLosses:

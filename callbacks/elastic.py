@@ -10,7 +10,12 @@ when there are).
 
 import keras
 
+from keras_caffe.backends import require_tensorflow_backend
 from keras_caffe.errors import ArgumentError
+
+# Horovod's elastic training runs on TensorFlow: on another Keras backend, one
+# line saying so (keras_caffe.backends).
+require_tensorflow_backend("keras_caffe.callbacks.ElasticCommit (Horovod)")
 
 
 class ElasticCommit(keras.callbacks.Callback):

@@ -4,13 +4,14 @@ import contextlib
 import os
 
 import keras
+from keras import ops
 
 from keras_caffe._checks import check_int
-from keras_caffe.distributed.context import is_chief
+from keras_caffe.callbacks.chief import is_chief
 from keras_caffe.errors import ArgumentError
-from keras_caffe.training.random_state import random_states, restore_random_states
 from keras_caffe.importers.snapshots.files import (FORMATS, SnapshotError, load_snapshot,
-                                            save_snapshot)
+                                                   save_snapshot)
+from keras_caffe.importers.snapshots.random_states import random_states, restore_random_states
 
 
 class CaffeSnapshot(keras.callbacks.Callback):
@@ -40,7 +41,8 @@ class CaffeSnapshot(keras.callbacks.Callback):
             last iteration was just written (Caffe's ``snapshot_after_train``).
 
     ``should_write()`` decides whether this process writes files: rank 0
-    only under Horovod (``keras_caffe.distributed.is_chief``).
+    only under Horovod (``keras_caffe.distributed.is_chief``; every process
+    on JAX and PyTorch, where Horovod does not run).
     ``written`` lists the ``SnapshotFiles`` written and still kept.
     """
 
@@ -110,7 +112,7 @@ class CaffeSnapshot(keras.callbacks.Callback):
         return files
 
     def _iteration(self):
-        return int(self.model.optimizer.iterations)
+        return int(ops.convert_to_numpy(self.model.optimizer.iterations))
 
     @staticmethod
     def restore(model, solverstate_path):

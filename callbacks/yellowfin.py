@@ -1,7 +1,6 @@
 """YellowFin's tuned values in the training logs."""
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_caffe.errors import KerasCaffeError
@@ -55,7 +54,7 @@ class YellowFinMonitor(keras.callbacks.Callback):
         optimizer = self._optimizer()
         keys = [k for k in KEYS if optimizer.closed_loop or k not in CLOSED_LOOP_KEYS]
         stacked = ops.stack([ops.cast(getattr(optimizer, KEYS[k]), "float32") for k in keys])
-        return dict(zip(keys, (float(v) for v in np.asarray(stacked))))
+        return dict(zip(keys, (float(v) for v in ops.convert_to_numpy(stacked))))
 
     def _optimizer(self):
         optimizer = getattr(self.model, "optimizer", None)

@@ -81,6 +81,7 @@ if not started_as_cli():
 #: Loaded when first reached as attributes (PEP 562), so ``import
 #: keras_caffe`` stays as fast as it is: name -> module that defines it.
 _LAZY = {
+    "analysis": "keras_caffe.analysis",  # docs/architecture.md: keras_caffe.analysis.analyze
     "callbacks": "keras_caffe.callbacks",
     "importers": "keras_caffe.importers",
     "UnknownLayerTypeError": "keras_caffe.analysis.core",

@@ -2,17 +2,25 @@
 
 ``host_memory``: the smallest of RAM, the cgroup's ``memory.max`` and the
 process's ``RLIMIT_DATA``/``RLIMIT_AS`` (what a file read or an imported net
-must fit in before it is allocated); ``device_memory``: the GPU's memory,
-or on a CPU the host's; ``gpu_rates``: the host link and matmul rate LMS
-plans with. TensorFlow is imported only by the GPU queries, so reading
-Caffe's files (``keras_caffe.importers.formats``) does not need it.
+must fit in before it is allocated); ``compute_device``: ``"CPU"`` or the
+accelerator Keras's backend computes on; ``device_memory``: that
+accelerator's memory, or on a CPU the host's; ``gpu_rates``: the host link
+and matmul rate LMS plans with (TensorFlow's backend, as LMS).
+
+The queries are the backend's (``keras_caffe.backend_devices``: TensorFlow's
+``tf.config``, JAX's ``jax.devices()`` and ``memory_stats()``, PyTorch's
+``torch.cuda``), chosen by Keras's backend and imported only inside a query,
+so reading Caffe's files (``keras_caffe.importers.formats``) imports none of
+them and TensorFlow is optional.
 """
 
 import functools
 import os
 import resource
-import subprocess
 import time
+
+from keras_caffe.backend_devices import QUERIES
+from keras_caffe.backends import backend_name, require_tensorflow_backend
 
 
 def fmt_bytes(n):
@@ -24,35 +32,31 @@ def fmt_bytes(n):
 
 
 def compute_device():
-    """``"GPU"`` when TensorFlow sees one, else ``"CPU"``."""
-    import tensorflow as tf  # here, not at the top: formats/ reads host_memory without TensorFlow
-
-    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+    """``"CPU"``, or the accelerator Keras's backend computes on: ``"GPU"``
+    (a JAX ``"TPU"``)."""
+    return _queries().compute_device()
 
 
 def device_memory():
     """``(bytes or None, where)``: the memory activations must fit in.
 
-    GPU (untested here: no GPU was available when this was written): the
-    first logical GPU's ``memory_limit`` if one is configured, else the
-    total from ``nvidia-smi``. CPU: the smallest of physical RAM, the
-    cgroup's ``memory.max`` and the process's ``RLIMIT_DATA`` / ``RLIMIT_AS``.
+    On an accelerator (untested here: no GPU was available when this was
+    written), the backend's answer (``keras_caffe.backend_devices``:
+    TensorFlow's logical GPU ``memory_limit``, JAX's ``memory_stats``,
+    ``torch.cuda``), else ``nvidia-smi``'s total, else ``None`` with a
+    ``where`` saying it is unknown. On the CPU: the smallest of physical RAM,
+    the cgroup's ``memory.max`` and the process's ``RLIMIT_DATA`` /
+    ``RLIMIT_AS``.
     """
-    if compute_device() == "GPU":
-        import tensorflow as tf  # here, not at the top: formats/ reads host_memory without TensorFlow
+    kind = compute_device()
+    if kind == "CPU":
+        return host_memory()
+    return _queries().accelerator_memory(kind)
 
-        gpus = tf.config.list_physical_devices("GPU")
-        try:
-            configs = tf.config.get_logical_device_configuration(gpus[0])
-        except (ValueError, RuntimeError):
-            configs = None
-        if configs and getattr(configs[0], "memory_limit", None):
-            return int(configs[0].memory_limit) * 2 ** 20, "GPU:0 logical memory_limit"
-        total = _nvidia_smi_total()
-        if total:
-            return total, "GPU:0 memory (nvidia-smi)"
-        return None, "GPU:0 memory unknown"
-    return host_memory()
+
+def _queries():
+    """The device queries of Keras's backend (read without importing Keras)."""
+    return QUERIES[backend_name()]
 
 
 def host_memory():
@@ -79,21 +83,14 @@ def host_memory():
     return min(limits)
 
 
-def _nvidia_smi_total():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,"
-                              "nounits", "-i", "0"], capture_output=True, text=True, timeout=10)
-        return int(float(out.stdout.strip().splitlines()[0])) * 2 ** 20
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return None
-
-
 @functools.lru_cache(maxsize=1)
 def gpu_rates():
     """``(host link bytes/s, device multiply-adds/s)``, measured once on the
     GPU: a 64 MiB round trip to the host and back, and a 4096^2 matmul
-    (untested here: no GPU was available when this was written)."""
-    import tensorflow as tf  # here, not at the top: formats/ reads host_memory without TensorFlow
+    (untested here: no GPU was available when this was written). Large
+    Model Support's, on TensorFlow's backend as LMS."""
+    require_tensorflow_backend("keras_caffe.devices.gpu_rates (Large Model Support's plan)")
+    import tensorflow as tf  # here, not at the top: TensorFlow optional
 
     with tf.device("/GPU:0"):
         x = tf.random.uniform((16 * 2 ** 20,))

@@ -7,11 +7,20 @@ or ``=1`` overrides the default. The two families differ in which ops they
 implement (Eigen's ``Conv2DBackpropInput`` refuses dilation > 1) and in
 their temporary memory (Eigen's forward convolution packs the whole batch's
 im2col matrix), so LMS and the test suite ask which one is in use.
+
+These are questions about TensorFlow and its kernels: on the other Keras
+backends (JAX, PyTorch) they answer without importing TensorFlow (no
+oneDNN, no CPU tuning, nothing pooled), and keras-caffe's layers there run
+their ``keras.ops`` formulas only. TensorFlow is asked inside each query, on
+its backend only, so that importing this module (the command line does it
+before TensorFlow's start-up is quietened) imports no TensorFlow.
 """
 
 import functools
 import os
 import platform
+
+from keras_caffe.backends import is_tensorflow
 
 
 @functools.lru_cache(maxsize=1)
@@ -22,8 +31,12 @@ def onednn_enabled():
     logs as "oneDNN custom operations are on") is read where it exists,
     else ``TF_ENABLE_ONEDNN_OPTS``, else False (Eigen, the family with the
     larger temporaries, so LMS's accounting stays on the safe side).
+    False on the other Keras backends, TensorFlow not asked.
     """
+    if not is_tensorflow():
+        return False
     try:
+        # here, not at the top: TensorFlow optional (asked on its backend only)
         from tensorflow.python.util import _pywrap_util_port
         return bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):
@@ -47,11 +60,12 @@ def cpu_only():
     oneDNN's or Eigen's) and ``KERAS_CAFFE_CPU_TUNING`` is not 0: then what
     TensorFlow does slowly on both CPU families is done otherwise (the
     large InnerProduct's input gradient,
-    ``keras_caffe.layers.dense.large_kernel_matmul``; the optimizer update
-    as one XLA program, ``keras_caffe.training.step``)."""
-    if tuning_off():
+    ``keras_caffe.layers.tensorflow_kernels.large_kernel_matmul``; the optimizer update
+    as one XLA program, ``keras_caffe.training.step``). False on the other
+    Keras backends: the tuning is TensorFlow's."""
+    if tuning_off() or not is_tensorflow():
         return False
-    import tensorflow as tf
+    import tensorflow as tf  # here, not at the top: TensorFlow optional (its backend only)
 
     return not tf.config.list_logical_devices("GPU")
 
@@ -61,7 +75,7 @@ def eigen_cpu():
     GPU visible. Layers whose TensorFlow gradient kernels are slow there
     (``MaxPoolGrad``, ``Conv2DBackpropFilter``) then use their own backward
     (``keras_caffe.layers.pooling.max_pool``,
-    ``keras_caffe.layers.conv.own_backward_conv``), unless the environment
+    ``keras_caffe.layers.tensorflow_kernels.own_backward_conv``), unless the environment
     variable ``KERAS_CAFFE_CPU_TUNING`` is 0. Asked when a layer is traced,
     so a model built after the variable changes follows it."""
     return not onednn_enabled() and cpu_only()
@@ -96,12 +110,13 @@ def pool_cpu_memory(lms=False, start=False):
     (``keras_caffe.lms.execution.return_freed_blocks``), which a pool does not do
     (under a memory ceiling the pool's fragmentation failed
     tests/lms/test_lms_ceiling.py's step). Without effect once the process has
-    run a TensorFlow op."""
-    if lms or tuning_off() or POOLED_CPU_ALLOCATOR in os.environ or onednn_enabled():
+    run a TensorFlow op. Nothing on the other Keras backends."""
+    if not is_tensorflow() or lms or tuning_off() or POOLED_CPU_ALLOCATOR in os.environ \
+            or onednn_enabled():
         return False
     os.environ[POOLED_CPU_ALLOCATOR] = "true"
     if start:
-        import tensorflow as tf
+        import tensorflow as tf  # here, not at the top: TensorFlow optional (its backend only)
 
         tf.config.list_logical_devices("CPU")  # creates the CPU device, which reads it
         del os.environ[POOLED_CPU_ALLOCATOR]

@@ -8,7 +8,6 @@ channels-last image predictions, 1 for (N, C) ones).
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_caffe._serializable import register  # noqa: E402
@@ -28,6 +27,19 @@ def _normalizer(normalization, count_all, count_valid, batch):
     return ops.maximum(value, 1.0)
 
 
+def _replicas_in_sync():
+    """The replicas of the ``tf.distribute`` strategy this runs in, inside one
+    of its replicas; 1 elsewhere, and on the other Keras backends (their
+    data parallelism reduces gradients after the loss)."""
+    if keras.backend.backend() != "tensorflow":
+        return 1
+    import tensorflow as tf  # here, not at the top: TensorFlow optional (tf.distribute)
+
+    if tf.distribute.in_cross_replica_context():
+        return 1
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
 class _CaffeLoss(keras.losses.Loss):
     def __init__(self, name=None, **kwargs):
         kwargs.pop("reduction", None)
@@ -39,8 +51,8 @@ class _CaffeLoss(keras.losses.Loss):
         of the replicas' gradients is the global batch's (Keras reports the
         loss multiplied back by ``R``)."""
         value = super().__call__(y_true, y_pred, sample_weight)
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if replicas > 1 and not tf.distribute.in_cross_replica_context():
+        replicas = _replicas_in_sync()
+        if replicas > 1:
             value = value * ops.cast(1.0 / replicas, value.dtype)
         return value
 

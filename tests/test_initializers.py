@@ -109,6 +109,7 @@ def test_unseeded_fillers_follow_keras_set_random_seed():
     np.testing.assert_array_equal(a, draw(CaffeFiller(type="uniform"), (10,)))
 
 
+@pytest.mark.tensorflow_only
 def test_a_filler_owns_no_tensorflow_variable():
     """A filler is plain Python until drawn: a net of hundreds of layers must
     not create one random-state variable per filler (import time)."""

@@ -15,9 +15,18 @@
   installed and is skipped, saying so, where not (a failure under
   ``KERAS_CAFFE_EXPECT_HOROVOD=1``);
   ``<!-- horovodrun -np N -->``: it runs as ``train.py`` under
-  ``horovodrun -np N -H localhost:N --gloo`` (Horovod as above).
+  ``horovodrun -np N -H localhost:N --gloo`` (Horovod as above);
+  ``<!-- tensorflow only -->``: it uses a TensorFlow-only feature
+  (``Solver``/``get_solver``, the data layers as ``tf.data``, LMS,
+  MirroredStrategy) and runs as written on TensorFlow.
   A marker without a reason, misspelt, or not right before a ```python
-  fence fails.
+  fence fails, and so does a block that imports TensorFlow without one.
+- On JAX and PyTorch (``KERAS_BACKEND``, no TensorFlow installed) every
+  block runs as on TensorFlow but those marked ``tensorflow only``, ``needs
+  Horovod`` or ``horovodrun``: those run in one process and must stop with
+  the one line that says TensorFlow is needed (keras-caffe's
+  ``TensorFlowRequirementError``, or Python's for an ``import tensorflow``),
+  so a marker cannot hide a block that runs on every backend.
 - Every ``keras-caffe <subcommand> --flag`` the documents show (in code
   blocks, and in inline code with a flag or alone) must be a subcommand and
   a flag of the installed CLI's parser (``keras-caffe <sub> --help``, run in
@@ -36,7 +45,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras
 import pytest
+from keras_caffe.backends import require_tensorflow_backend
+from keras_caffe.errors import TensorFlowRequirementError
 
 from support.cli_runner import run_cli
 from support.horovod_jobs import horovodrun, require_horovod
@@ -55,6 +67,11 @@ MARKER = re.compile(r"<!--(.*?)-->\s*\Z", re.DOTALL)
 NOT_RUN = re.compile(r"\s*not run:\s*(\S.*?)\s*", re.DOTALL)
 NEEDS_HOROVOD = re.compile(r"\s*needs Horovod\s*")
 HOROVODRUN = re.compile(r"\s*horovodrun -np ([1-9][0-9]*)\s*")
+TENSORFLOW_ONLY = re.compile(r"\s*tensorflow only\s*")
+#: The kinds of block that need TensorFlow: elsewhere they must say so, in one line.
+NEEDS_TENSORFLOW = ("tensorflow only", "horovod", "horovodrun")
+#: The Keras backend of this run (KERAS_BACKEND; make test-backends sets it).
+BACKEND = keras.backend.backend()
 #: How many ```python blocks run, README.md and docs/ together: 9 before the README's
 #: manual moved into docs/ (the README's 8, docs/lms.md's 1), 14 since.
 BLOCKS_RUN_BEFORE = 14
@@ -83,10 +100,12 @@ def python_blocks(documents=None):
 
 
 def _kind(marker):
-    """'run', 'horovod', 'horovodrun' or 'not run' for a block's marker;
-    ValueError for any other."""
+    """'run', 'tensorflow only', 'horovod', 'horovodrun' or 'not run' for a
+    block's marker; ValueError for any other."""
     if marker is None:
         return "run"
+    if TENSORFLOW_ONLY.fullmatch(marker):
+        return "tensorflow only"
     if NEEDS_HOROVOD.fullmatch(marker):
         return "horovod"
     if HOROVODRUN.fullmatch(marker):
@@ -94,7 +113,8 @@ def _kind(marker):
     if NOT_RUN.fullmatch(marker):
         return "not run"
     raise ValueError(f"unknown marker <!--{marker}-->: write <!-- not run: REASON -->, "
-                     "<!-- needs Horovod --> or <!-- horovodrun -np N -->")
+                     "<!-- tensorflow only -->, <!-- needs Horovod --> or "
+                     "<!-- horovodrun -np N -->")
 
 
 #: Runs a block (the file argv[1]) as ``python -c`` would, recording what each
@@ -177,7 +197,8 @@ def test_every_marker_is_well_formed_and_stands_before_a_python_block():
     for name, text in DOCUMENTS.items():
         fences = {m.start(): m.group(1) for m in FENCE.finditer(text)}
         for m in re.finditer(r"<!--(.*?)-->", text, re.DOTALL):
-            if not re.match(r"\s*(not run|needs|horovodrun)\b", m.group(1), re.IGNORECASE):
+            if not re.match(r"\s*(not run|needs|horovodrun|tensorflow)\b", m.group(1),
+                            re.IGNORECASE):
                 continue
             line = f"{name}:{text.count(NEWLINE, 0, m.start()) + 1}"
             try:
@@ -197,26 +218,118 @@ def test_the_marker_rules_catch_a_bad_marker():
     misplaced one."""
     text = ("<!-- not run: needs a GPU -->\n```python\nx = 1\n```\n"
             "<!-- needs Horovod -->\n```python\ny = 2\n```\n"
-            "```python\nz = 3\n```\n<!-- horovodrun -np 2 -->\n```python\nw = 4\n```\n")
+            "```python\nz = 3\n```\n<!-- horovodrun -np 2 -->\n```python\nw = 4\n```\n"
+            "<!-- tensorflow only -->\n```python\nv = 5\n```\n")
     blocks = python_blocks({"t.md": text})
     assert [(line, _kind(marker)) for _, line, _, marker in blocks] == [
-        (3, "not run"), (7, "horovod"), (10, "run"), (14, "horovodrun")]
-    for bad in (" not run: ", " skip ", " horovodrun -np two "):
+        (3, "not run"), (7, "horovod"), (10, "run"), (14, "horovodrun"), (18, "tensorflow only")]
+    for bad in (" not run: ", " skip ", " horovodrun -np two ", " tensorflow-only ",
+                " TensorFlow only "):
         with pytest.raises(ValueError, match="unknown marker"):
             _kind(bad)
     assert _marker("<!-- not run: x -->\n\n```python\n", len("<!-- not run: x -->\n\n")) is None
 
 
+#: A block that imports TensorFlow itself (``import tensorflow as tf``, ``from tensorflow ...``).
+IMPORTS_TENSORFLOW = re.compile(r"^\s*(?:import\s+(?:[\w.]+(?:\s+as\s+\w+)?\s*,\s*)*"
+                                r"tensorflow\b|from\s+tensorflow\b)", re.MULTILINE)
+
+
+def test_blocks_importing_tensorflow_say_they_need_it():
+    """A block that imports TensorFlow is marked ``tensorflow only`` (or
+    Horovod's, or not run): on JAX and PyTorch it cannot run."""
+    unmarked = [f"{name}:{line}" for name, line, code, marker in python_blocks()
+                if IMPORTS_TENSORFLOW.search(code) and _kind(marker) == "run"]
+    assert unmarked == []
+    assert [bool(IMPORTS_TENSORFLOW.search(code)) for code in (
+        "import keras, numpy as np, tensorflow as tf\n", "from tensorflow import keras\n",
+        "  import tensorflow\n", "import tensorflow_datasets\n", "x = 'import tensorflow'\n",
+        "import keras  # no tensorflow here\n")] == [True, True, True, False, False, False]
+
+
+def _run_block(code, folder):
+    """The block run as a user's script in a new interpreter, by RUNNER: the
+    process and {line: [what each print of that line printed]}."""
+    script, record = folder / "_block.py", folder / "_printed.json"
+    script.write_text(code)
+    record.unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-c", RUNNER, script, record], cwd=folder,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    printed = {}
+    for at, text in json.loads(record.read_text()) if record.is_file() else []:
+        printed.setdefault(at, []).append(text)
+    return proc, printed
+
+
+#: The last line of a block that needs TensorFlow, on JAX or PyTorch: keras-caffe's
+#: one line (its feature, then what ``require_tensorflow_backend`` says), or
+#: Python's for the block's own ``import tensorflow``.
+REFUSED = re.compile(r"keras_caffe\.errors\.TensorFlowRequirementError: (.+?) needs Keras's "
+                     r"TensorFlow backend and the backend is .*")
+NO_TENSORFLOW = "ModuleNotFoundError: No module named 'tensorflow'"
+
+
+def _tensorflow_refusal(feature):
+    """What ``require_tensorflow_backend(feature)`` says on this backend."""
+    try:
+        require_tensorflow_backend(feature)
+    except TensorFlowRequirementError as error:
+        return f"keras_caffe.errors.TensorFlowRequirementError: {error}"
+    raise AssertionError(f"{feature}: no TensorFlowRequirementError on {BACKEND}")
+
+
+def _says_tensorflow_is_needed(stderr):
+    """Whether ``stderr`` ends with the one line saying TensorFlow is needed."""
+    lines = stderr.rstrip().splitlines()
+    if not lines:
+        return False
+    found = REFUSED.fullmatch(lines[-1])
+    return lines[-1] == NO_TENSORFLOW or (found is not None and
+                                          lines[-1] == _tensorflow_refusal(found[1]))
+
+
+def test_the_refusal_check_wants_the_whole_line(monkeypatch):
+    """What a TensorFlow-needing block must end with off TensorFlow: Python's
+    line for ``import tensorflow``, or keras-caffe's line word for word (a
+    feature named with spaces too); another error, a changed or cut line, or
+    nothing, is not it."""
+    import keras_caffe.backends
+
+    monkeypatch.setattr(keras_caffe.backends, "backend_name", lambda: "jax")
+    feature = "keras_caffe.lms (Large Model Support)"
+    line = _tensorflow_refusal(feature)
+    assert line == (
+        "keras_caffe.errors.TensorFlowRequirementError: keras_caffe.lms (Large Model Support) "
+        "needs Keras's TensorFlow backend and the backend is 'jax': run with "
+        "KERAS_BACKEND=tensorflow (TensorFlow >= 2.16: pip install 'keras-caffe[tensorflow]'); "
+        "on jax keras-caffe offers the solvers, schedules, importer, snapshots and callbacks "
+        "(docs/backends.md)")
+    traceback = "Traceback (most recent call last):\n  File \"<block>\", line 3\n"
+    assert _says_tensorflow_is_needed(f"{traceback}{line}\n")
+    assert _says_tensorflow_is_needed(f"{traceback}{NO_TENSORFLOW}\n")
+    assert not _says_tensorflow_is_needed(f"{traceback}{line[:-1]}\n")
+    assert not _says_tensorflow_is_needed(f"{line}\nValueError: x\n")
+    assert not _says_tensorflow_is_needed("ModuleNotFoundError: No module named 'horovod'\n")
+    assert not _says_tensorflow_is_needed("")
+
+
 @pytest.mark.parametrize("block", python_blocks(), ids=_block_id)
 def test_python_block_runs(block, readme_folder):
     """The block runs as its marker says and exits 0 without a traceback;
-    its commented print lines print what their comments say."""
+    its commented print lines print what their comments say. On JAX and
+    PyTorch a block that needs TensorFlow stops with the one line saying so."""
     name, line, code, marker = block
     kind = _kind(marker)
     if kind == "not run":
         # it cannot run here (the reason is in the Markdown): it must still be Python
         compile(code, f"{name}:{line}", "exec")
         pytest.skip(f"{name}:{line}: not run: {NOT_RUN.fullmatch(marker)[1]}")
+    if kind in NEEDS_TENSORFLOW and BACKEND != "tensorflow":
+        # the user of another backend who runs it gets told, in one line, and no more
+        proc, _ = _run_block(code, readme_folder)
+        assert proc.returncode == 1, f"{name}:{line} ran on {BACKEND}: drop its marker"
+        assert _says_tensorflow_is_needed(proc.stderr), f"{name}:{line}:\n{proc.stderr[-3000:]}"
+        return
     if kind in ("horovod", "horovodrun"):
         require_horovod()  # skips, saying so, without Horovod (fails if it is expected)
     if kind == "horovodrun":
@@ -228,17 +341,13 @@ def test_python_block_runs(block, readme_folder):
         assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
         return
     # a process: the block runs as written, as a user's script, in a new interpreter
-    script, record = readme_folder / "_block.py", readme_folder / "_printed.json"
-    script.write_text(code)
-    proc = subprocess.run([sys.executable, "-c", RUNNER, script, record], cwd=readme_folder,
-                          env=_env(), capture_output=True, text=True, timeout=600)
+    proc, printed = _run_block(code, readme_folder)
     assert proc.returncode == 0, f"{name}:{line}:\n{code}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     # each print line with a comment prints what the comment says
-    printed = json.loads(record.read_text())
     wrong = []
     for number, claim in printed_claims(code).items():
-        outputs = [text for at, text in printed if at == number]
+        outputs = printed.get(number, [])
         if not outputs or not all(_claim_holds(claim, text) for text in outputs):
             wrong.append(f"{name}:{line + number - 1}: says {claim!r}, printed {outputs!r}")
     assert wrong == []
@@ -248,7 +357,7 @@ def test_the_documents_say_what_their_prints_print():
     """README.md's blocks and docs/solvers.md's state printed values, which
     test_python_block_runs compares with what each print prints."""
     claims = {name: printed_claims(code) for name, _, code, marker in python_blocks()
-              if _kind(marker) == "run"}
+              if _kind(marker) == "run"}   # what runs on every backend
     assert all(claims[name] for name in ("README.md", "docs/solvers.md"))
     assert printed_claims("x = 1\nprint(x)   # 1: the value\nprint(opt)  # SGD(lr=1, ...)\n") == {
         2: "1", 3: "SGD(lr=1, ...)"}

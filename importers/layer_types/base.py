@@ -42,7 +42,8 @@ import importlib
 import math
 import pkgutil
 
-from keras_caffe.errors import DuplicateLayerTypeError, LayerError
+from keras_caffe.backends import SUPPORTED, backend_name
+from keras_caffe.errors import BackendRequirementError, DuplicateLayerTypeError, LayerError
 
 BVLC = "BVLC Caffe"
 SSD = "SSD (weiliu89/caffe)"
@@ -118,6 +119,16 @@ class LayerType:
     #: Why the importer does not build this type (``build`` is then None and
     #: only ``analyze`` sizes it); empty for every type it builds.
     analyze_only = ""
+    #: ``{Keras backend: why}`` for the backends this type's Keras layers
+    #: cannot run on (eagerly and compiled: ``predict``, ``fit``): its
+    #: ``build`` refuses the type there first (``refuse_backend``); empty for
+    #: a type that runs on every backend keras-caffe supports.
+    unsupported_backends = {}
+
+    @property
+    def backends(self):
+        """The Keras backends this type's Keras layers run on."""
+        return tuple(b for b in SUPPORTED if b not in self.unsupported_backends)
 
     def shapes(self, layer, bottoms, state):
         """``Shapes`` of ``layer`` given its bottoms' Caffe shapes; raises
@@ -131,6 +142,20 @@ class LayerType:
     @property
     def builtin(self):
         return type(self).__module__.startswith("keras_caffe.")
+
+
+
+def refuse_backend(unit, layer):
+    """Raise ``BackendRequirementError``, one line naming the layer, its type
+    and the backend, where Keras's backend is one of ``unit``'s
+    ``unsupported_backends``."""
+    name = backend_name()
+    why = unit.unsupported_backends.get(name)
+    if why:
+        others = " or ".join(unit.backends)
+        raise BackendRequirementError(
+            f"layer {layer.name!r} ({layer.type}) does not run on Keras's {name} backend: "
+            f"{why}; run it with KERAS_BACKEND set to {others}", found=name)
 
 
 class FunctionLayerType(LayerType):
@@ -203,8 +228,10 @@ def load_builtin():
         return
     _LOADED.append(True)
     package = importlib.import_module(__package__)
+    # the tf.data data layers' modules import TensorFlow: on another backend, stand-ins
+    skipped = importlib.import_module(f"{__package__}._tensorflow_data").stand_in_for_tensorflow()
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if not info.name.startswith("_") and info.name != "base":
+        if not info.name.startswith("_") and info.name != "base" and info.name not in skipped:
             importlib.import_module(f"{__package__}.{info.name}")
 
 

@@ -12,6 +12,7 @@ from keras_caffe.importers.layer_types.base import (
     fmt,
     layer_type,
     need_bottoms,
+    refuse_backend,
 )
 from keras_caffe.layers import batch_select as layers
 
@@ -44,6 +45,9 @@ class Filter(LayerType):
     non-zero, of every other bottom: one top per bottom but the selector."""
 
     data_dependent_batch = True
+    unsupported_backends = {
+        "jax": "its tops' batch size is the data's (the non-zero selectors), which a compiled "
+               "JAX function (predict, fit) cannot hold"}
 
     examples = (Example("", [(4, 3, 2, 2), (4, 5), (4,)], tops=2, integer_bottoms=(2,),
                         integer_high=2),
@@ -65,5 +69,6 @@ class Filter(LayerType):
         return Shapes([tuple(b) for b in bottoms[:-1]])
 
     def build(self, layer, bottoms, ctx):
+        refuse_backend(self, layer)
         tensors = layers.Filter(name=ctx.keras_name(layer.name))([b.tensor for b in bottoms])
         return [ctx.same_layout(t, b) for t, b in zip(tensors, bottoms)]

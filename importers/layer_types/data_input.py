@@ -3,7 +3,6 @@
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types._data import DataLayer
 from keras_caffe.importers.layer_types.base import Example, layer_type
-from keras_caffe.importers.data.pipeline_layers import array_spec, user_arrays
 
 
 @layer_type("Input")
@@ -39,6 +38,9 @@ class Input(DataLayer):
         return state.input_shape(layer, top, stated)
 
     def pipeline(self, layer, ctx):
+        # here, not at the top: the pipelines are tf.data (TensorFlow optional)
+        from keras_caffe.importers.data.pipeline_layers import array_spec, user_arrays
+
         shapes = layer.input_param.shape
         if not layer.top or len(shapes) not in (1, len(layer.top)):
             raise LayerError(layer.name, f"{len(shapes)} shape(s) for {len(layer.top)} top(s)")

@@ -16,9 +16,12 @@ exist:
   (LMS's own hard limit counts twice that, for training's gradients).
 
 Both in float32 bytes, against ``keras_caffe.devices.device_memory()``:
-the GPU's memory, or on CPU the smallest of RAM, the cgroup limit and
+the accelerator's memory as Keras's backend reports it (TensorFlow, JAX or
+PyTorch), or on CPU the smallest of RAM, the cgroup limit and
 RLIMIT_DATA / RLIMIT_AS. The whole net's activations may exceed it: that
-is what LMS is for, and LMS checks it when it plans.
+is what LMS is for, and LMS checks it when it plans. An accelerator whose
+memory nobody reports leaves the check off, and the import logs one
+warning saying so (``UNKNOWN``), once per process.
 
 A data layer's batches are made by its ``tf.data`` pipeline in host memory
 (``keras_caffe.importers.data.pipelines``), which holds more than one batch at
@@ -35,6 +38,9 @@ where its worst case fits too; otherwise each batch is made when the net
 asks for it.
 """
 
+import functools
+import logging
+
 from keras_caffe.errors import LayerError
 from keras_caffe.importers.layer_types.base import count, fmt as fmt_shape, unit
 from keras_caffe.devices import device_memory, fmt_bytes as fmt, host_memory
@@ -46,6 +52,11 @@ VALUE_BYTES = 4
 #: transform step (a crop's or mirror's gather, a mean, a scale) or a layout
 #: transpose holds its input and its output, beside the records it read.
 LOAD_COPIES = 3
+#: The warning an import logs (``keras_caffe.importers``) when the device's
+#: memory is unknown; ``{where}`` is ``device_memory()``'s.
+UNKNOWN = ("keras-caffe: {where}: import_model's memory budget is off (a layer too large "
+           "for the device is not refused before it is allocated)")
+LOG = logging.getLogger("keras_caffe.importers")
 
 
 class MemoryBudget:
@@ -54,6 +65,8 @@ class MemoryBudget:
     def __init__(self, limit=None, where=None, host=None):
         if limit is None:
             limit, where = device_memory()
+            if limit is None:
+                _say_unknown(where)
         self.limit, self.where, self.weights = limit, where, 0
         #: ``(bytes or None, where)`` of host memory, for the data pipelines.
         self.host = host if host is not None else host_budget()
@@ -82,6 +95,12 @@ class MemoryBudget:
                              f"outputs for the batch, and weights), more than the "
                              f"{fmt(self.limit)} of {self.where}; no LMS plan can split one "
                              "layer: refusing to allocate")
+
+
+@functools.lru_cache(maxsize=None)
+def _say_unknown(where):
+    """Log ``UNKNOWN`` for ``where``, the first time only."""
+    LOG.warning(UNKNOWN.format(where=where))
 
 
 def host_budget():

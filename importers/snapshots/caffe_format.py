@@ -107,7 +107,8 @@ def _weights_by_layer(params):
     values = {id(layer): layer.caffe_blobs() for layer in sp.layer_order(params)}
     out = {}
     for p in params:
-        blob = np.asarray(values[id(p.layer)][p.index], np.float32).reshape(p.shape)
+        # a copy: on PyTorch a layer's blobs may share its variables' storage
+        blob = np.array(values[id(p.layer)][p.index], np.float32).reshape(p.shape)
         out.setdefault(p.caffe_layer, []).append(blob)
     return out
 
@@ -135,7 +136,9 @@ def _fixed_string(f, name, text):
     string_type.set_size(len(raw) + 1)
     string_type.set_strpad(h5py.h5t.STR_NULLTERM)
     space = h5py.h5s.create(h5py.h5s.SCALAR)
-    dataset = h5py.h5d.create(f.id, name.encode(), string_type, space)
+    creation = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    creation.set_obj_track_times(False)  # no clock in the file: the same state, the same bytes
+    dataset = h5py.h5d.create(f.id, name.encode(), string_type, space, dcpl=creation)
     dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(raw + b"\0", dtype=f"S{len(raw) + 1}"),
                   mtype=string_type)
 

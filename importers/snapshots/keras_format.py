@@ -11,11 +11,17 @@
   as JSON), ``model_fingerprint`` (JSON ``[[path, shape, dtype], ...]`` for
   ``model.weights``) and ``state`` (the caller's dict as JSON);
 - group ``optimizer_variables``: every ``optimizer.variables`` value, keyed by
-  its ``.path`` (``"sgd/ip1_kernel_history"``), in its own dtype.
+  its ``.path`` (``"sgd/ip1_kernel_history"``), in its own floating-point
+  dtype; integers (the iteration counters) as int64 on every backend.
 
 Restoring assigns the stored arrays unchanged, so the optimizer's state
 (momentum, Adam's moments, YellowFin's curvature window and averages, the
 iteration counter) is bitwise what it was.
+
+A snapshot restores on every Keras backend, whichever wrote it. Keras keeps
+an optimizer's counters in int64 on TensorFlow and in int32 on JAX (without
+x64) and PyTorch: the file holds int64, and a counter is restored into the
+variable's own integer type, refused if its value does not fit there.
 
 The model is matched as Keras's ``load_weights`` matches it: by layer paths
 and shapes, without the top-level model's name. Keras puts a Sequential's
@@ -82,7 +88,16 @@ def write(model, optimizer, weights_path, solverstate_path, iteration, state_jso
             f.create_dataset("state", data=state_json)
             group = f.create_group("optimizer_variables")
             for variable in optimizer.variables:
-                group.create_dataset(variable.path, data=ops.convert_to_numpy(variable))
+                group.create_dataset(variable.path, data=stored_value(variable))
+
+
+def stored_value(variable):
+    """``variable``'s value as the file holds it: its own floating-point type,
+    or int64 for an integer type (int32 on JAX and PyTorch, int64 on
+    TensorFlow: the same file from every backend). A copy: on PyTorch the
+    converted tensor shares the variable's storage."""
+    value = np.array(ops.convert_to_numpy(variable), copy=True)
+    return value.astype(np.int64) if np.issubdtype(value.dtype, np.integer) else value
 
 
 def is_ours(f):
@@ -273,12 +288,13 @@ def _match_variables(path, f, optimizer, rename):
         value = stored[key]
         used.add(key)
         if tuple(np.shape(value)) != tuple(variable.shape) or \
-                np.dtype(value.dtype) != np.dtype(variable.dtype):
+                not _same_type(np.dtype(value.dtype), np.dtype(variable.dtype)):
             raise SnapshotError(path, f"optimizer variable {variable.path!r} is "
                                 f"{np.dtype(value.dtype).name} {tuple(np.shape(value))} in the "
                                 f"snapshot, {variable.dtype} {tuple(variable.shape)} now")
         pairs.append((variable, value))
-    pairs = [(variable, hdf5_files.read(value, fail, value.dtype)) for variable, value in pairs]
+    pairs = [(variable, _restored_value(path, variable, hdf5_files.read(value, fail, value.dtype)))
+             for variable, value in pairs]
     for key in sorted(set(stored) - used):
         if not (any(key.endswith(tag) for tag in _ACCUMULATION)
                 and (key.endswith("micro_step")
@@ -286,6 +302,27 @@ def _match_variables(path, f, optimizer, rename):
             raise SnapshotError(path, f"holds optimizer variable {key!r}, which the optimizer "
                                 "does not have: the optimizer's configuration differs")
     return pairs
+
+
+def _same_type(stored, own):
+    """The stored type restores into the variable's: the same type, or two
+    integer types (the counters: int64 in the file, int32 on JAX and PyTorch)."""
+    return stored == own or (np.issubdtype(stored, np.integer) and np.issubdtype(own, np.integer))
+
+
+def _restored_value(path, variable, value):
+    """``value`` in ``variable``'s type; an integer it cannot hold (a counter
+    past int32 from TensorFlow, restored on JAX or PyTorch) is refused."""
+    own = np.dtype(variable.dtype)
+    if value.dtype == own:
+        return value
+    limits = np.iinfo(own)
+    outside = value[(value < limits.min) | (value > limits.max)]
+    if outside.size:
+        raise SnapshotError(path, f"optimizer variable {variable.path!r} is {int(outside[0])} in "
+                            f"the snapshot, outside the range of {own.name}, the type Keras's "
+                            f"{keras.backend.backend()} backend keeps it in")
+    return value.astype(own)
 
 
 def _reset_missing_accumulation(optimizer, restored):

@@ -110,10 +110,12 @@ def _slot_value(path, optimizer, slot, variable):
     if not variable.trainable:
         return np.zeros(variable.shape, np.float32)
     try:
-        return ops.convert_to_numpy(optimizer.slot(getattr(optimizer, slot), variable))
+        slot_variable = optimizer.slot(getattr(optimizer, slot), variable)
     except KeyError:
         raise SnapshotError(path, f"the optimizer was not built with the model's variable "
                             f"{variable.path!r}") from None
+    # a copy: on PyTorch the converted tensor shares the variable's storage
+    return np.array(ops.convert_to_numpy(slot_variable), copy=True)
 
 
 def slot_assignments(optimizer, params, history):
@@ -173,7 +175,7 @@ def reset_accumulation(optimizer):
     if step is not None:
         step.assign(int(optimizer.iterations.numpy()) * optimizer.iter_size)
         for total in optimizer._accumulators:
-            total.assign(keras.ops.zeros_like(total))
+            total.assign(keras.ops.zeros(total.shape, total.dtype))
 
 
 def pending_accumulation(optimizer):

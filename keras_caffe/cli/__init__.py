@@ -21,6 +21,11 @@
 
 Bad input prints one line, ``keras-caffe: error: ...``, and exits with 2.
 TensorFlow's log lines are hidden unless ``--verbose`` (``keras_caffe._cli_quiet``).
+
+``import``, ``export`` and ``analyze`` run on every Keras backend (TensorFlow,
+JAX, PyTorch: ``KERAS_BACKEND``); ``train``, ``test``, ``time``,
+``device_query`` and ``install-horovod`` are built on TensorFlow, and on
+another backend say so in that one line (``keras_caffe.backends``).
 """
 
 import argparse
@@ -30,13 +35,14 @@ import sys
 
 from keras_caffe import __version__, _cli_quiet
 from keras_caffe._require import tensorflow_distributions
+from keras_caffe.backends import SUPPORTED, backend_name, is_tensorflow
 from keras_caffe.cli._registry import COMMANDS, argument_wording, cli_wording, options
 # The subcommands, in the order of `keras-caffe --help`.
 from keras_caffe.cli import (  # noqa: F401
     import_cmd, export_cmd, analyze_cmd, train_cmd, test_cmd, time_cmd, device_query_cmd,
     install_horovod_cmd)
 from keras_caffe.cli.import_cmd import layer_table, save_atomically  # noqa: F401
-from keras_caffe.errors import ArgumentError, KerasCaffeError
+from keras_caffe.errors import ArgumentError, BackendRequirementError, KerasCaffeError
 
 __all__ = ["main"]
 
@@ -46,7 +52,13 @@ def main(argv=None):
 
     The arguments are parsed and the input files found before TensorFlow
     and keras-caffe's API are imported (seconds), so ``--help``, a usage
-    error or a missing file answers at once."""
+    error or a missing file answers at once. A TensorFlow-only command on
+    another backend is refused first, whatever its arguments."""
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    refusal = _backend_refusal(argv)
+    if refusal is not None:
+        print(f"keras-caffe: error: {refusal}", file=sys.stderr)
+        return 2
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -61,14 +73,14 @@ def main(argv=None):
         entry.check(args)  # usage errors and missing input files, before TensorFlow
         with _cli_quiet.tensorflow_start():
             # before any command runs a TensorFlow op (not under --lms: see its docstring);
-            # it imports TensorFlow
-            pooled = pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
+            # it imports TensorFlow, so on TensorFlow's backend only
+            pooled = is_tensorflow() and pool_cpu_memory(lms=getattr(args, "lms", None) is not None)
             # here, not at the top: the API (Keras, the .keras serializables) imports
-            # TensorFlow, only once the arguments are parsed and the inputs found
+            # Keras's backend, only once the arguments are parsed and the inputs found
             import keras_caffe._api  # noqa: F401
         with _pooling_rule(args):
             return entry.run(args) or 0
-    except (KerasCaffeError, OSError) as err:
+    except (KerasCaffeError, BackendRequirementError, OSError) as err:
         flags = options(parser.commands[entry.name])
         if isinstance(err, OSError) and err.filename:
             message = f"{err.filename}: {err.strerror}"
@@ -84,11 +96,26 @@ def main(argv=None):
             os.environ.pop(POOLED_CPU_ALLOCATOR, None)
 
 
+def _backend_refusal(argv):
+    """The one line refusing a TensorFlow-only command (``argv``'s first word:
+    the command line's own options take no value) on another Keras backend;
+    None for any other command, and for ``--help`` or ``--version``."""
+    words = [a for a in argv if not a.startswith("-")]
+    entry = COMMANDS.get(words[0]) if words else None
+    if entry is None or {"-h", "--help", "--version"} & set(argv):
+        return None
+    try:
+        entry.require_backend()
+    except BackendRequirementError as err:
+        return str(err)
+    return None
+
+
 def _pooling_rule(args):
     """The ``pooling_rule`` block of ``--pooling-rule`` (none for a command without it)."""
     if getattr(args, "pooling_rule", None) is None:
         return contextlib.nullcontext()
-    # here, not at the top: keras_caffe.importers imports TensorFlow (start-up)
+    # here, not at the top: keras_caffe.importers imports Keras and its backend (start-up)
     from keras_caffe.importers import pooling_rule
 
     return pooling_rule(args.pooling_rule)
@@ -123,14 +150,23 @@ class _Version(argparse.Action):
 
 
 def version():
-    """``keras-caffe X (TensorFlow Y, Keras Z)``, from the installed packages'
-    metadata (importing TensorFlow takes seconds)."""
+    """``keras-caffe X (Keras Y, backend NAME Z)``: Keras's backend and its
+    version (TensorFlow's, JAX's, PyTorch's), from the installed packages'
+    metadata, without importing them (TensorFlow takes seconds)."""
+    name = backend_name()
+    return (f"keras-caffe {__version__} (Keras {_installed('keras')}, "
+            f"backend {name} {_installed(SUPPORTED.get(name, name))})")
+
+
+def _installed(package):
+    """The installed version of ``package`` (TensorFlow: of whichever of its
+    distributions is installed), or ``not installed``."""
     import importlib.metadata
 
-    found = tensorflow_distributions()
-    tensorflow = found[0][1] if found else "not installed"
+    if package == "tensorflow":
+        found = tensorflow_distributions()
+        return found[0][1] if found else "not installed"
     try:
-        keras = importlib.metadata.version("keras")
+        return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
-        keras = "not installed"
-    return f"keras-caffe {__version__} (TensorFlow {tensorflow}, Keras {keras})"
+        return "not installed"

@@ -10,7 +10,11 @@ subparser::
 ``inputs`` names the arguments that are files to read (``input_lists``:
 comma-separated lists of them) and ``check`` is a function raising the
 command's usage errors: ``main`` runs both before it imports TensorFlow, so
-a mistake or a mistyped path answers at once.
+a mistake or a mistyped path answers at once. ``tensorflow_only`` marks a
+command built on TensorFlow (Caffe's training loop, tf.data, TensorFlow's
+devices, Horovod): on another Keras backend ``main`` refuses it before it
+parses the arguments, in one line naming the backend and
+``KERAS_BACKEND=tensorflow``.
 
 ``keras_caffe.cli.main`` builds the parser from this registry in the order the
 modules were imported, so adding a subcommand touches one new module and the
@@ -21,6 +25,7 @@ import dataclasses
 import os
 from typing import Callable
 
+from keras_caffe.backends import require_tensorflow_backend
 from keras_caffe.errors import KerasCaffeError
 
 
@@ -34,6 +39,7 @@ class Command:
     inputs: tuple = ()
     input_lists: tuple = ()
     usage_check: Callable | None = None
+    tensorflow_only: bool = False
 
     def input_paths(self, args):
         """The input files ``args`` names, in argument order."""
@@ -44,6 +50,12 @@ class Command:
                 continue
             paths += value.split(",") if dest in self.input_lists else [value]
         return paths
+
+    def require_backend(self):
+        """``TensorFlowRequirementError`` for a TensorFlow-only command on
+        another Keras backend (imports nothing)."""
+        if self.tensorflow_only:
+            require_tensorflow_backend(f"keras-caffe {self.name}")
 
     def check(self, args):
         """Before TensorFlow is imported: the command's usage errors (its
@@ -58,14 +70,15 @@ COMMANDS: dict[str, Command] = {}
 
 
 def command(name, *, help, description=None, arguments, inputs=(), input_lists=(),
-            check=None):
+            check=None, tensorflow_only=False):
     """Register ``run`` as the subcommand ``name``; ``check(args)`` raises
-    its usage errors (``usage``) without importing anything heavy."""
+    its usage errors (``usage``) without importing anything heavy;
+    ``tensorflow_only``: the command runs on Keras's TensorFlow backend only."""
     def register(run):
         if name in COMMANDS:
             raise ValueError(f"keras-caffe {name}: registered twice")
         COMMANDS[name] = Command(name, help, description or help, arguments, run,
-                                 tuple(inputs), tuple(input_lists), check)
+                                 tuple(inputs), tuple(input_lists), check, tensorflow_only)
         return run
     return register
 

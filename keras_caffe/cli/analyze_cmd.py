@@ -30,9 +30,9 @@ def _arguments(parser):
 def run(args):
     import json
 
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.analysis import analyze_scaling
-    from keras_caffe.analysis.tables import print_grid  # TensorFlow, as above
+    from keras_caffe.analysis.tables import print_grid  # start-up, as above
 
     report, scaling = analyze_scaling(args.net, args.workers, args.device_flops,
                                       batch=args.batch, bandwidth=args.bandwidth,

@@ -24,7 +24,7 @@ def _arguments(parser):
                               "device_query`)",
          description="TensorFlow's build and devices: each GPU's name, compute capability and "
                      "memory, and the CPU's model, vector instructions and oneDNN.",
-         arguments=_arguments)
+         arguments=_arguments, tensorflow_only=True)
 def run(args):
     import json
 

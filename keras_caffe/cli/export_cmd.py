@@ -28,9 +28,9 @@ def _arguments(parser):
                      "its net (Net::ToProto / Net::ToHDF5).",
          arguments=_arguments, inputs=("model",), check=_check)
 def run(args):
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.importers.net.export import export_caffemodel
-    from keras_caffe.importers.net.keras_file import load_keras  # TensorFlow, as above
+    from keras_caffe.importers.net.keras_file import load_keras  # start-up, as above
 
     model, net = load_keras(args.model)
     if args.prototxt and net is None:
@@ -41,7 +41,7 @@ def run(args):
     if args.prototxt:
         from google.protobuf import text_format
 
-        # only when --prototxt is given (TensorFlow, as above)
+        # only when --prototxt is given (start-up, as above)
         from keras_caffe.importers.formats.atomic import write_bytes_durably
 
         write_bytes_durably(args.prototxt, text_format.MessageToString(net).encode("utf-8"))

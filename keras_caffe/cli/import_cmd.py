@@ -36,7 +36,7 @@ def _arguments(parser):
 def run(args):
     if args.list_layers:
         return _list_layers()
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.importers.net.importing import import_net
 
     imported = import_net(args.net, args.weights, phase=args.phase, data_format=args.data_format,
@@ -52,7 +52,7 @@ def run(args):
                           "layers": rows, "params": sum(r["params"] for r in rows),
                           "saved": args.output if saved else None}, indent=2))
         return 0
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.analysis.tables import print_grid
 
     print_grid(_grid(imported, rows))
@@ -62,9 +62,9 @@ def run(args):
 
 
 def _list_layers():
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.importers import registered_types
-    from keras_caffe.importers.net.registry import origin  # TensorFlow, as above
+    from keras_caffe.importers.net.registry import origin  # start-up, as above
 
     types = registered_types()
     width = max(map(len, types)) + 2
@@ -77,7 +77,7 @@ def _list_layers():
 def layer_rows(imported):
     """``importers.layer_summary`` as dicts for ``--json``: name, type, tops,
     output shapes (N, C, H, W; None for a loss or metric) and parameter count."""
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.importers import layer_summary
 
     rows = []
@@ -92,7 +92,7 @@ def layer_rows(imported):
 
 
 def _grid(imported, rows):
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.analysis.tables import Column, Grid
 
     grid = Grid(f"{imported.net.name or imported.source}",
@@ -107,7 +107,7 @@ def _grid(imported, rows):
 
 def layer_table(imported):
     """A rich table of the Caffe layers: name, type, output shape(s), params."""
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.analysis.tables import to_rich
 
     return to_rich(_grid(imported, layer_rows(imported)))
@@ -124,7 +124,7 @@ def save_atomically(model, path):
     """``model.save`` through ``keras_caffe.importers.formats.atomic`` (no partial
     file, the user's path in errors, the mode ``open()`` gives), the .keras
     carrying the model's Caffe net (``keras_caffe.importers.net.keras_file``)."""
-    # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
+    # here, not at the top: keeps `keras-caffe --help` start-up free of Keras and its backend
     from keras_caffe.importers.net.keras_file import save_keras
 
     save_keras(model, path)

@@ -36,7 +36,7 @@ def _arguments(parser):
                      "verified build is cached under a key of all that shapes the binary "
                      "(TensorFlow, compiler, Python, patches, flags) and reused, after the "
                      "same check, when they all match.",
-         arguments=_arguments)
+         arguments=_arguments, tensorflow_only=True)
 def run(args):
     # here, not at the top: the build's modules would add to `keras-caffe --help`'s start-up
     from keras_caffe import horovod_build

@@ -41,7 +41,7 @@ def _arguments(parser):
          description="Run the TEST phase of a net with its weights for --iterations batches of "
                      "its data layers; print each batch's outputs (losses, accuracies), the "
                      "average loss and each output averaged over the batches, as `caffe test`.",
-         arguments=_arguments, inputs=("model", "weights"), check=_check)
+         arguments=_arguments, inputs=("model", "weights"), check=_check, tensorflow_only=True)
 def run(args):
     # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe.training.scoring import score_net
@@ -61,7 +61,7 @@ def run(args):
 
 def _print(scores, style):
     # here, not at the top: caffe_log imports numpy, which would slow `--help`'s start-up
-    from keras_caffe.training.caffe_log import CaffeLog, number
+    from keras_caffe.caffe_log import CaffeLog, number
 
     if style == "caffe":
         log = CaffeLog()

@@ -31,7 +31,7 @@ def _arguments(parser):
                      "as a whole. The layers and the remainder (the framework between the "
                      "calls) add up to the measured passes; the total time is measured too. "
                      "Also: the net as one compiled function, as training runs it.",
-         arguments=_arguments, inputs=("model",), check=_check)
+         arguments=_arguments, inputs=("model",), check=_check, tensorflow_only=True)
 def run(args):
     # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe.training.timing import print_timing, time_net

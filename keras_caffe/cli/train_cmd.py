@@ -103,7 +103,7 @@ def _arguments(parser):
          description="Run a solver.prototxt end to end: its train and test nets, data layers, "
                      "lr policy, tests, display and snapshots, as `caffe train -solver` does.",
          arguments=_arguments, inputs=("solver", "snapshot"), input_lists=("weights",),
-         check=_check)
+         check=_check, tensorflow_only=True)
 def run(args):
     # here, not at the top: keeps `keras-caffe --help` start-up free of TensorFlow
     from keras_caffe.lms.policy import from_cli

@@ -74,7 +74,7 @@ from keras_caffe.distributed.faults import failures, is_worker_failure, recovera
 from keras_caffe.distributed.state import (
     broadcast_object, broadcast_variables, check_same_state, model_state)
 from keras_caffe.errors import ArgumentError
-from keras_caffe.training.random_state import seed_variables
+from keras_caffe.importers.snapshots.random_states import seed_variables
 
 _elastic = horovod_elastic()
 _exceptions = importlib.import_module("horovod.common.exceptions")

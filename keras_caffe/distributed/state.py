@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras_caffe.distributed._hvd import initialized, loaded
 from keras_caffe.distributed.context import RANK_SEED_STRIDE
 from keras_caffe.errors import DistributedError
-from keras_caffe.training.random_state import seed_variables
+from keras_caffe.importers.snapshots.random_states import seed_variables
 
 
 def model_state(model, optimizer=None):

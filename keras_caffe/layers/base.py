@@ -9,6 +9,43 @@ from keras_caffe.errors import WeightsError
 from keras_caffe._serializable import register  # noqa: E402
 
 
+if keras.backend.backend() == "tensorflow":
+    # TensorFlow optional: its speed paths (Convolution, InnerProduct, MAX
+    # pooling, LRN, BatchReindex, Filter, the ROI layers' map) are loaded on
+    # its backend only; every other backend runs the keras.ops formulas.
+    from keras_caffe.layers import tensorflow_kernels
+else:
+    tensorflow_kernels = None
+
+
+def on_tensorflow():
+    """Whether Keras's backend is TensorFlow (where ``tensorflow_kernels`` run)."""
+    return tensorflow_kernels is not None
+
+
+def top_k(x, k):
+    """``(values, indices)`` of the ``k`` largest along the last axis, best
+    first, equal values in index order (lower index first). TensorFlow's and
+    JAX's ``top_k`` keep that order themselves; PyTorch's ``topk`` leaves
+    ties in no set order, so there the ``k`` first of a stable descending
+    sort are taken (the same values and indices)."""
+    if keras.backend.backend() != "torch":
+        return ops.top_k(x, k, sorted=True)
+    order = ops.argsort(ops.negative(x), axis=-1)[..., :k]
+    return ops.take_along_axis(x, order, axis=-1), order
+
+
+def divide(x, divisor):
+    """``x / divisor`` as IEEE divides, also where XLA compiles it (JAX, or
+    TensorFlow's ``jit_compile``): XLA turns a division by a constant into a
+    multiplication by its reciprocal, off by one ulp for about a third of
+    the quotients (``7 / 3`` then gives ``ceil(3 * 7 / 3) = 8``). Caffe's
+    bin boundaries (ROI pooling) are floors and ceilings of such float
+    quotients, so there the divisor is made to depend on ``x`` (``x * 0 +
+    divisor``, the divisor itself for a finite ``x``), which XLA divides by."""
+    return x / (x * 0.0 + divisor)
+
+
 class CaffeBlobs:
     """Mixin of layers that hold Caffe blobs (learned or statistics).
 

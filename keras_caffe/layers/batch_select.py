@@ -2,10 +2,9 @@
 (batch_reindex_layer.cpp) and Filter (filter_layer.cpp)."""
 
 import keras
-import tensorflow as tf
 from keras import ops
 
-from keras_caffe.layers.base import register
+from keras_caffe.layers.base import on_tensorflow, register, tensorflow_kernels
 
 
 @register
@@ -17,11 +16,9 @@ class BatchReindex(keras.layers.Layer):
     def call(self, inputs):
         x, permut = inputs
         index = ops.cast(permut, "int32")
-        checks = [tf.debugging.assert_non_negative(index, message="BatchReindex: negative index"),
-                  tf.debugging.assert_less(index, tf.shape(x)[0],
-                                           message="BatchReindex: index not below the batch size")]
-        with tf.control_dependencies(checks):
-            return ops.take(x, index, axis=0)
+        if on_tensorflow():  # Caffe's CHECKs as graph assertions
+            return tensorflow_kernels.checked_take(x, index)
+        return ops.take(x, index, axis=0)
 
     def compute_output_shape(self, input_shapes):
         return (input_shapes[1][0], *input_shapes[0][1:])
@@ -35,7 +32,12 @@ class Filter(keras.layers.Layer):
     def call(self, inputs):
         *blobs, selector = inputs
         keep = ops.reshape(selector, (-1,)) != 0
-        return [tf.boolean_mask(b, keep) for b in blobs]   # keras.ops has no boolean mask
+        if on_tensorflow():
+            return tensorflow_kernels.boolean_mask(blobs, keep)
+        # keras.ops has no boolean mask: the kept rows' indices (eager: the
+        # count is data-dependent, which a compiled JAX function cannot hold)
+        rows = ops.nonzero(keep)[0]
+        return [ops.take(b, rows, axis=0) for b in blobs]
 
     def compute_output_shape(self, input_shapes):
         return [(None, *shape[1:]) for shape in input_shapes[:-1]]

@@ -2,41 +2,15 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from keras_caffe.kernels import cpu_only
-from keras_caffe.layers.base import CaffeBlobs, Fillers, register
+from keras_caffe.layers.base import CaffeBlobs, Fillers, on_tensorflow, register
+from keras_caffe.layers.base import tensorflow_kernels
 
 
-#: Kernels of at least this many weights take ``large_kernel_matmul`` on CPUs.
+#: Kernels of at least this many weights take ``tensorflow_kernels.large_kernel_matmul`` on TensorFlow's CPUs.
 LARGE_KERNEL = 1 << 18
-
-
-def large_kernel_matmul(x, kernel):
-    """``x @ kernel`` for a (N, K) ``x`` and a large (K, M) ``kernel``, with
-    the input's gradient computed as ``(kernel @ dy^T)^T``.
-
-    TensorFlow's gradient ``dy @ kernel^T`` reads the kernel transposed,
-    which both CPU kernel families do slowly: CaffeNet's fc6 (batch 16,
-    9216 x 4096) took 67-70 ms that way against 14-15 ms as ``(kernel @
-    dy^T)^T`` (TF 2.21, 2-core AMD EPYC, Eigen and oneDNN); LeNet's ip1
-    (batch 64, 800 x 500) 0.9-1.3 against 0.7-0.9 ms. Below ``LARGE_KERNEL``
-    weights the two are level (CIFAR-10 quick's ip1, 1024 x 64: 0.41 / 0.44
-    ms), so the layer keeps TensorFlow's. The kernel's gradient is
-    TensorFlow's ``x^T @ dy``. Each output element is the same sum in
-    another order than TensorFlow's."""
-    x = tf.convert_to_tensor(x)
-    kernel = tf.convert_to_tensor(kernel)
-
-    @tf.custom_gradient
-    def matmul(x, kernel):
-        def backward(dy):
-            return (tf.transpose(tf.matmul(kernel, dy, transpose_b=True)),
-                    tf.matmul(x, dy, transpose_a=True))
-        return tf.matmul(x, kernel), backward
-
-    return matmul(x, kernel)
 
 
 @register
@@ -74,8 +48,9 @@ class InnerProduct(Fillers, CaffeBlobs, keras.layers.Layer):
         if len(x.shape) != self.axis + 1:
             x = ops.reshape(x, (*ops.shape(x)[:self.axis], -1))
         kernel = self.blob(self.kernel)
-        if len(x.shape) == 2 and int(np.prod(self.kernel.shape)) >= LARGE_KERNEL and cpu_only():
-            y = large_kernel_matmul(x, kernel)
+        if len(x.shape) == 2 and int(np.prod(self.kernel.shape)) >= LARGE_KERNEL \
+                and on_tensorflow() and cpu_only():
+            y = tensorflow_kernels.large_kernel_matmul(x, kernel)
         else:
             y = ops.matmul(x, kernel)
         return y + self.blob(self.bias) if self.bias is not None else y

@@ -186,7 +186,10 @@ class ELU(_Elementwise):
     """Caffe's ELU: ``y = x if x > 0 else alpha * (exp(x) - 1)``.
 
     ``exp(x) - 1`` as Caffe writes it (not ``expm1``); the gradient at
-    ``x == 0`` is ``alpha``, as in Caffe.
+    ``x == 0`` is ``alpha``, as in Caffe. The exponent is ``x`` where
+    ``x <= 0`` (0 elsewhere, so ``exp`` never overflows in the branch not
+    taken) by ``where``, not ``minimum``: at the tie ``x == 0`` JAX and
+    PyTorch give half of ``minimum``'s gradient to each argument.
     """
 
     def __init__(self, alpha=1.0, **kwargs):
@@ -194,7 +197,7 @@ class ELU(_Elementwise):
         self.alpha = float(alpha)
 
     def call(self, x):
-        negative = self.alpha * (ops.exp(ops.minimum(x, 0.0)) - 1.0)
+        negative = self.alpha * (ops.exp(ops.where(x > 0, 0.0, x)) - 1.0)
         return ops.where(x > 0, x, negative)
 
     def get_config(self):

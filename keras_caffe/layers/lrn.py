@@ -1,10 +1,10 @@
 """Caffe's LRN (Keras has none)."""
 
 import keras
-import tensorflow as tf
 from keras import ops
 
-from keras_caffe.layers.base import check_data_format, from_nhwc, register, to_nhwc
+from keras_caffe.layers.base import check_data_format, from_nhwc, on_tensorflow, register
+from keras_caffe.layers.base import tensorflow_kernels, to_nhwc
 from keras_caffe.layers.pooling import Pooling
 
 
@@ -14,7 +14,7 @@ class LRN(keras.layers.Layer):
 
     ACROSS_CHANNELS: ``y = x * (k + alpha/n * sum_{n channels around c} x^2)^-beta``,
     the window centred on the channel and zero-padded (TensorFlow's LRN op
-    for float32, these slices otherwise).
+    for float32 on its backend, these slices otherwise).
     WITHIN_CHANNEL: ``y = x * (1 + alpha * avgpool_{n x n}(x^2))^-beta``, the
     average taken by Caffe's AVE pooling (pad (n-1)/2), as Caffe composes it.
     """
@@ -43,14 +43,14 @@ class LRN(keras.layers.Layer):
         x = to_nhwc(x, self.data_format)
         square = ops.square(x)
         n = self.local_size
-        if self.norm_region == "ACROSS_CHANNELS" and x.dtype == "float32":
+        if self.norm_region == "ACROSS_CHANNELS" and x.dtype == "float32" and on_tensorflow():
             # TensorFlow's LRN op is this sum (its window cut at the channel
             # borders: Caffe's zero padding) with alpha per element, and its
             # gradient kernel ran 3-4x faster than this layer's slices on
             # both CPU kernel families (CaffeNet's norm1, batch 16: 14-15
             # against 56-58 ms forward and backward; TF 2.21, 2-core AMD EPYC).
-            y = tf.nn.local_response_normalization(x, depth_radius=(n - 1) // 2, bias=self.k,
-                                                   alpha=self.alpha / n, beta=self.beta)
+            y = tensorflow_kernels.lrn(x, depth_radius=(n - 1) // 2, bias=self.k,
+                                         alpha=self.alpha / n, beta=self.beta)
             return from_nhwc(y, self.data_format)
         if self.norm_region == "ACROSS_CHANNELS":
             half = (n - 1) // 2

@@ -6,11 +6,11 @@ import math
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from keras_caffe.kernels import eigen_cpu
-from keras_caffe.layers.base import check_data_format, from_nhwc, pair, register, to_nhwc
+from keras_caffe.layers.base import check_data_format, from_nhwc, on_tensorflow, pair, register
+from keras_caffe.layers.base import tensorflow_kernels, to_nhwc
 
 #: BVLC Caffe's output-size rule (``PoolingLayer::Reshape``).
 BVLC = "bvlc"
@@ -64,90 +64,16 @@ def max_pool(x, kernel, stride):
     TensorFlow's ``MaxPoolGrad`` computes the same values, but its Eigen CPU
     kernel is slow: 3.0 ms for LeNet's pool1 (64x24x24x20, 2x2 stride 2)
     and 17.4 ms for CIFAR-10 quick's pool1 (100x33x33x32, 3x3 stride 2),
-    against 0.5 and 7-8 ms for ``route_max_gradient`` compiled with XLA
+    against 0.5 and 7-8 ms for ``tensorflow_kernels.route_max_gradient`` compiled with XLA
     (TF 2.21, 2-core AMD EPYC; ``benchmarks/eigen_backward.py`` times the
     layers both ways). Caffe's own backward there: 0.24 and 1.3 ms
-    (golden/timing). Used on Eigen's CPU kernels only
+    (golden/timing). Used on TensorFlow with Eigen's CPU kernels only
     (``keras_caffe.kernels.eigen_cpu``): oneDNN's and cuDNN's
-    ``MaxPoolGrad`` are faster still."""
-    if not eigen_cpu() or None in x.shape[1:]:
+    ``MaxPoolGrad`` are faster still; the other Keras backends take their
+    own max pooling's gradient, which routes to a window's maximum too."""
+    if not on_tensorflow() or not eigen_cpu() or None in x.shape[1:]:
         return ops.max_pool(x, kernel, stride, padding="valid")
-    return _routed_max_pool(x, tuple(kernel), tuple(stride))
-
-
-def _routed_max_pool(x, kernel, stride):
-    @tf.custom_gradient
-    def pool(x):
-        y = tf.nn.max_pool2d(x, kernel, stride, "VALID")
-
-        def backward(dy):
-            return _compiled_route(x, y, dy, kernel, stride)
-
-        return y, backward
-
-    return pool(x)
-
-
-def route_max_gradient(x, y, dy, kernel, stride):
-    """The gradient of ``y = max_pool(x, kernel, stride, "VALID")`` (NHWC)
-    for the output gradient ``dy``: Caffe's ``PoolingLayer::Backward_cpu``
-    for MAX, ``bottom_diff[mask[i]] += top_diff[i]`` over the outputs ``i``
-    in order, where ``mask[i]`` is window ``i``'s first cell equal to its
-    maximum (rows, then columns).
-
-    Per window offset (u, v) the cells ``x[u::s, v::s]`` that hold their
-    window's maximum and no earlier offset's get ``dy``. Input position
-    ``o * s + u`` with ``u = q * s + r`` is cell ``o + q`` of phase ``r``,
-    so each of the ``s x s`` phases sums its offsets' shifted gradients (in
-    Caffe's order: the earlier output first) and the phases interleave back
-    into the input's shape."""
-    (kh, kw), (sh, sw) = kernel, stride
-    oh, ow = y.shape[1], y.shape[2]
-    height, width = x.shape[1], x.shape[2]
-    qh, qw = -(-kh // sh), -(-kw // sw)  # offsets per phase
-    zero = tf.zeros_like(dy)
-    taken, parts = None, {}
-    for u in range(kh):
-        for v in range(kw):
-            cells = x[:, u:u + sh * (oh - 1) + 1:sh, v:v + sw * (ow - 1) + 1:sw, :]
-            hit = tf.equal(cells, y)
-            if taken is None:
-                taken = hit
-            else:
-                hit = tf.logical_and(hit, tf.logical_not(taken))
-                taken = tf.logical_or(taken, hit)
-            parts[u, v] = tf.where(hit, dy, zero)
-    batch, channels = tf.shape(dy)[0], dy.shape[3]
-    rows_a, cols_b = oh + qh - 1, ow + qw - 1
-    phase_rows = []
-    for rh in range(sh):
-        phases = []
-        for rw in range(sw):
-            total = None
-            for a in reversed(range(qh)):  # output o - a before o - a + 1: Caffe's order
-                for b in reversed(range(qw)):
-                    u, v = a * sh + rh, b * sw + rw
-                    if u >= kh or v >= kw:
-                        continue
-                    part = parts[u, v]
-                    if qh > 1 or qw > 1:
-                        part = tf.pad(part, [[0, 0], [a, qh - 1 - a], [b, qw - 1 - b], [0, 0]])
-                    total = part if total is None else total + part
-            if total is None:  # kernel smaller than stride: this phase is in no window
-                total = tf.zeros((batch, rows_a, cols_b, channels), dy.dtype)
-            phases.append(total)
-        phase_rows.append(tf.stack(phases, axis=3))  # (N, A, B, sw, C)
-    dx = tf.reshape(tf.stack(phase_rows, axis=2), (batch, rows_a * sh, cols_b * sw, channels))
-    dx = dx[:, :height, :width, :]
-    extra_h, extra_w = max(0, height - rows_a * sh), max(0, width - cols_b * sw)
-    if extra_h or extra_w:  # input rows and columns past the last window
-        dx = tf.pad(dx, [[0, 0], [0, extra_h], [0, extra_w], [0, 0]])
-    return dx
-
-
-#: One XLA program per shape: fused, the slices and selects above run in
-#: about a sixth of their time as separate TensorFlow ops.
-_compiled_route = tf.function(route_max_gradient, jit_compile=True)
+    return tensorflow_kernels.routed_max_pool(x, tuple(kernel), tuple(stride))
 
 
 @register

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import register
+from keras_caffe.layers.base import register, top_k
 
 
 def _axes(axes):
@@ -35,7 +35,7 @@ class ArgMax(keras.layers.Layer):
     def _top_k_last(self, x):
         """Values and indices of the top_k along the last axis, larger index first on ties."""
         dim = x.shape[-1] if x.shape[-1] is not None else ops.shape(x)[-1]
-        values, reversed_index = ops.top_k(ops.flip(x, axis=-1), self.top_k, sorted=True)
+        values, reversed_index = top_k(ops.flip(x, axis=-1), self.top_k)
         index = ops.cast(dim - 1 - reversed_index, x.dtype)
         return values, index
 

@@ -4,7 +4,8 @@ src/caffe/layers/roi_pooling_layer.cpp), as its ``Forward_cpu`` computes it."""
 import keras
 from keras import ops
 
-from keras_caffe.layers.base import register
+from keras_caffe.layers.base import divide, register
+from keras_caffe.layers.regions import per_roi
 
 
 def _round(x):
@@ -35,7 +36,7 @@ class ROIPooling(keras.layers.Layer):
     def _bins(self, start, end, pooled, size):
         """(pooled, size) masks: which rows (or columns) each bin covers."""
         length = ops.maximum(end - start + 1.0, 1.0)
-        bin_size = length / pooled
+        bin_size = divide(length, float(pooled))
         index = ops.arange(pooled, dtype="float32")
         low = ops.clip(ops.floor(index * bin_size) + start, 0.0, float(size))
         high = ops.clip(ops.ceil((index + 1.0) * bin_size) + start, 0.0, float(size))
@@ -60,11 +61,7 @@ class ROIPooling(keras.layers.Layer):
         features, rois = inputs
         if self.data_format == "channels_last":
             features = ops.transpose(features, (0, 3, 1, 2))
-        rois = ops.cast(ops.reshape(rois, (-1, 5)), features.dtype)
-        import tensorflow as tf
-
-        out = tf.map_fn(lambda roi: self._pool_one(features, roi), rois,
-                        fn_output_signature=features.dtype)
+        out = per_roi(self._pool_one, features, rois)
         if self.data_format == "channels_last":
             out = ops.transpose(out, (0, 2, 3, 1))
         return out

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import check_data_format, register
+from keras_caffe.layers.base import check_data_format, register, top_k
 
 #: ``PriorBoxParameter.CodeType``'s values.
 CODE_TYPES = {"CORNER": 1, "CENTER_SIZE": 2, "CORNER_SIZE": 3}
@@ -349,7 +349,7 @@ class DetectionOutput(keras.layers.Layer):
                      else self.confidence_threshold)
         above = scores > np.float32(threshold)
         masked = ops.where(above, scores, ops.full_like(scores, -np.inf))
-        values, order = ops.top_k(masked, k)
+        values, order = top_k(masked, k)
         valid = ops.take_along_axis(above, order, axis=-1)
         order4 = ops.broadcast_to(order[..., None], (*ops.shape(order), 4))
         sorted_boxes = ops.take_along_axis(boxes, order4, axis=2)  # (B, C', K, 4)
@@ -386,7 +386,7 @@ class DetectionOutput(keras.layers.Layer):
             if self.keep_top_k == 0:
                 kept = ops.zeros_like(kept)
             else:
-                top_values, top_index = ops.top_k(best, self.keep_top_k)
+                top_values, top_index = top_k(best, self.keep_top_k)
                 last_value, last_index = top_values[:, -1:], top_index[:, -1:]
                 ranked = ops.logical_or(best > last_value, ops.logical_and(
                     best == last_value, index[None] <= last_index))
@@ -394,7 +394,7 @@ class DetectionOutput(keras.layers.Layer):
 
         # The rows: kept entries in (label, NMS order), then padding.
         key = ops.where(kept, flat - index[None], ops.zeros_like(kept, "int32"))
-        _, pick = ops.top_k(ops.cast(key, "int32"), rows)
+        _, pick = top_k(ops.cast(key, "int32"), rows)
         real = ops.take_along_axis(kept, pick, axis=1)
         labels = ops.take(ops.convert_to_tensor(np.asarray(classes, np.float32)), pick // k)
         score = ops.take_along_axis(values, pick, axis=1)

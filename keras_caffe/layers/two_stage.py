@@ -4,15 +4,19 @@
 
 Regions of interest are (R, 5) rows ``(batch index, x1, y1, x2, y2)`` in
 image coordinates, as every Caffe ROI layer reads them; each region is
-computed on its own (``tf.map_fn``), its bins as separable row and column
-weights over the map, so the result is differentiable in the features.
+computed on its own (``regions.per_roi``), its bins as separable row and
+column weights over the map, so the result is differentiable in the
+features.
 """
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import register
+from keras_caffe.errors import LayerError
+from keras_caffe.layers.base import divide, on_tensorflow, register, tensorflow_kernels
+from keras_caffe.layers.base import top_k
+from keras_caffe.layers.regions import per_roi
 
 
 def _round(x):
@@ -27,13 +31,6 @@ def _to_nchw(features, data_format):
 def _from_nchw(out, data_format):
     """(R, C, ph, pw) in the model's layout."""
     return ops.transpose(out, (0, 2, 3, 1)) if data_format == "channels_last" else out
-
-
-def _per_roi(fn, features, rois):
-    import tensorflow as tf
-
-    rois = ops.cast(ops.reshape(rois, (-1, 5)), features.dtype)
-    return tf.map_fn(lambda roi: fn(features, roi), rois, fn_output_signature=features.dtype)
 
 
 def _pooled_shape(input_shapes, channels, pooled_h, pooled_w, data_format):
@@ -61,6 +58,60 @@ def generate_anchors(base_size=16, ratios=(0.5, 1, 2), scales=(8, 16, 32)):
             out.append([cx - 0.5 * (sw - 1), cy - 0.5 * (sh - 1),
                         cx + 0.5 * (sw - 1), cy + 0.5 * (sh - 1)])
     return np.array(out, np.float64)
+
+
+def _check_single_image(name, scores):
+    """py-faster-rcnn's ``assert bottom[0].data.shape[0] == 1``: at once where
+    the batch is known, in TensorFlow's graph where it is known only when run."""
+    message = "Proposal: only single item batches are supported"
+    if scores.shape[0] is None and on_tensorflow():
+        tensorflow_kernels.assert_single_image(scores, message)
+    elif scores.shape[0] is not None and scores.shape[0] != 1:
+        raise LayerError(name, f"{message}, got a batch of {scores.shape[0]}")
+
+
+def non_max_suppression(corners, scores, count, most, threshold):
+    """``(indices, found)``: greedy non-maximum suppression as TensorFlow's
+    ``tf.image.non_max_suppression`` computes it, in ``keras.ops``.
+
+    ``corners`` (K, 4) are (y1, x1, y2, x2) in score order (``scores``, its
+    order already taken); the first ``count`` are candidates. The best
+    candidate left is kept and takes out every candidate left whose overlap
+    with it (intersection over union, TensorFlow's float32 sums, 0 where an
+    area is not positive) exceeds ``threshold``; until ``most`` are kept or
+    none is left, one iteration per kept box. ``indices`` (most,) are the
+    kept rows in order, then zeros; ``found`` how many were kept."""
+    del scores  # in order already: the first candidate left is the best
+    k = corners.shape[0]
+    positions = ops.arange(k, dtype="int32")
+    low = ops.minimum(corners[:, :2], corners[:, 2:])
+    high = ops.maximum(corners[:, :2], corners[:, 2:])
+    areas = (high[:, 0] - low[:, 0]) * (high[:, 1] - low[:, 1])
+
+    def overlap(i):
+        area = ops.take(areas, i)
+        inner = (ops.maximum(ops.minimum(ops.take(high, i, axis=0), high)
+                             - ops.maximum(ops.take(low, i, axis=0), low), 0.0))
+        intersection = inner[:, 0] * inner[:, 1]
+        union = areas + area - intersection
+        iou = intersection / ops.where(union > 0, union, 1.0)
+        return ops.where((areas > 0) & (area > 0), iou, 0.0)
+
+    def cond(left, kept, found):
+        return ops.logical_and(ops.any(left), found < most)
+
+    def body(left, kept, found):
+        first = ops.min(ops.where(left, positions, k))
+        pick = positions == first
+        beaten = overlap(ops.minimum(first, k - 1)) > threshold
+        return (ops.logical_and(left, ops.logical_not(ops.logical_or(pick, beaten))),
+                ops.logical_or(kept, pick), found + 1)
+
+    found = ops.convert_to_tensor(0, "int32")
+    left = positions < ops.cast(count, "int32")
+    _, kept, found = ops.while_loop(cond, body, (left, ops.zeros_like(left), found))
+    _, indices = top_k(ops.where(kept, k - positions, 0), most)   # kept first, in order
+    return ops.where(ops.arange(most) < found, ops.cast(indices, "int32"), 0), found
 
 
 @register
@@ -109,11 +160,8 @@ class Proposal(keras.layers.Layer):
         return (base[None] + shifts[:, None]).reshape(-1, 4).astype(np.float32)
 
     def call(self, inputs):
-        import tensorflow as tf
-
         scores, deltas, im_info = inputs
-        tf.debugging.assert_equal(tf.shape(scores)[0], 1,
-                                  "Proposal: only single item batches are supported")
+        _check_single_image(self.name, scores)
         count = len(self.anchors)
         if self.data_format == "channels_first":
             scores = ops.transpose(scores, (0, 2, 3, 1))
@@ -146,24 +194,29 @@ class Proposal(keras.layers.Layer):
         kept = ops.sum(ops.cast(keep, "int32"))
         candidates = total if self.pre_nms_topn <= 0 else min(self.pre_nms_topn, total)
         ranked = ops.where(keep, scores, ops.full_like(scores, -np.inf))
-        _, order = tf.math.top_k(ranked, k=candidates, sorted=True)
-        order = order[:ops.minimum(kept, candidates)]
-        # tf's overlap on (y1, x1, y2 + 1, x2 + 1) is py-faster-rcnn's with +1 areas.
-        corners = ops.stack([y1, x1, y2 + 1.0, x2 + 1.0], axis=1)
+        _, order = top_k(ranked, candidates)          # the kept boxes first, best first
+        # The overlap on (y1, x1, y2 + 1, x2 + 1) is py-faster-rcnn's with +1 areas.
+        corners = ops.take(ops.stack([y1, x1, y2 + 1.0, x2 + 1.0], axis=1), order, axis=0)
         most = candidates if self.post_nms_topn <= 0 else min(self.post_nms_topn, candidates)
-        chosen = tf.image.non_max_suppression(
-            ops.take(corners, order, axis=0), ops.take(scores, order), most,
-            iou_threshold=self.nms_thresh)
+        nms = tensorflow_kernels.non_max_suppression if on_tensorflow() else non_max_suppression
+        chosen, found = nms(corners, ops.take(scores, order), ops.minimum(kept, candidates), most,
+                            np.float32(self.nms_thresh))
         chosen = ops.take(order, chosen)
+        real = (ops.arange(most) < found)[:, None]
         boxes = ops.take(ops.stack([x1, y1, x2, y2], axis=1), chosen, axis=0)
-        found = ops.shape(boxes)[0]
         rois = ops.concatenate([ops.zeros_like(boxes[:, :1]), boxes], axis=1)
-        rois = tf.pad(rois, [[0, self.rows - found], [0, 0]])
-        rois = ops.stop_gradient(ops.reshape(rois, (self.rows, 5)))
+        rois = ops.stop_gradient(self._rows(ops.where(real, rois, 0.0), most))
         if not self.with_scores:
             return rois
-        best = tf.pad(ops.take(scores, chosen)[:, None], [[0, self.rows - found], [0, 0]])
-        return [rois, ops.stop_gradient(ops.reshape(best, (self.rows, 1)))]
+        best = ops.where(real, ops.take(scores, chosen)[:, None], 0.0)
+        return [rois, ops.stop_gradient(self._rows(best, most))]
+
+    def _rows(self, top, most):
+        """``top`` (most, D) with rows of zeros to ``self.rows``."""
+        if self.rows == most:
+            return top
+        return ops.concatenate([top, ops.zeros((self.rows - most, top.shape[1]), top.dtype)],
+                               axis=0)
 
     def compute_output_shape(self, input_shapes):
         if self.with_scores:
@@ -207,7 +260,7 @@ class PSROIPooling(keras.layers.Layer):
         """(g, size) weights: 1 / (bin length) on the positions each bin covers."""
         groups = self.group_size
         length = ops.maximum(end - start, 0.1)
-        bin_size = length / groups
+        bin_size = divide(length, float(groups))
         index = ops.arange(groups, dtype="float32")
         low = ops.clip(ops.floor(index * bin_size + start), 0.0, float(size))
         high = ops.clip(ops.ceil((index + 1.0) * bin_size + start), 0.0, float(size))
@@ -232,7 +285,7 @@ class PSROIPooling(keras.layers.Layer):
     def call(self, inputs):
         features, rois = inputs
         features = _to_nchw(features, self.data_format)
-        return _from_nchw(_per_roi(self._pool_one, features, rois), self.data_format)
+        return _from_nchw(per_roi(self._pool_one, features, rois), self.data_format)
 
     def compute_output_shape(self, input_shapes):
         return _pooled_shape(input_shapes, self.output_dim, self.group_size, self.group_size,
@@ -291,10 +344,12 @@ class ROIAlign(keras.layers.Layer):
 
     def _axis(self, start, length, pooled, size):
         """(pooled, size) summed sample weights of each bin along one axis,
-        with the number of samples of each bin, and whether it is empty."""
-        import tensorflow as tf
+        with the number of samples of each bin, and whether it is empty.
 
-        bin_size = length / pooled
+        A bin's samples are ``grid`` points ``low + (s + 0.5) * bin / grid``;
+        the ones weighed are a fixed number per bin (``_sample_steps``), so
+        the shapes do not depend on the regions."""
+        bin_size = divide(length, float(pooled))
         index = ops.arange(pooled, dtype="float32")
         if self.version == 0:
             low = ops.clip(start + index * bin_size, 0.0, float(size))
@@ -305,20 +360,42 @@ class ROIAlign(keras.layers.Layer):
         else:
             low = start + index * bin_size
             per_bin = (float(self.sampling_ratio) if self.sampling_ratio > 0
-                       else ops.ceil(length / pooled))
+                       else ops.ceil(divide(length, float(pooled))))
             grid = ops.zeros_like(low) + per_bin
             empty = ops.zeros_like(low, dtype="bool")
         grid = ops.maximum(grid, 0.0)
-        most = ops.cast(ops.max(grid), "int32")
-        step = ops.cast(tf.range(most), "float32")                       # (G,)
-        positions = low[:, None] + ((step[None, :] + 0.5) * bin_size) / grid[:, None]
-        valid = step[None, :] < grid[:, None]
+        step = self._sample_steps(low, bin_size, grid, size)                 # (pooled, G)
+        positions = low[:, None] + ((step + 0.5) * bin_size) / grid[:, None]
+        valid = step < grid[:, None]
         if self.version == 1:
             valid = valid & (positions >= -1.0) & (positions <= float(size))
             positions = ops.maximum(positions, 0.0)
         positions = ops.where(valid, positions, 0.0)
         weights = ops.sum(self._weights(positions, valid, float(size)), axis=1)
         return weights, grid, empty
+
+    def _sample_steps(self, low, bin_size, grid, size):
+        """(pooled, G) sample numbers ``s`` of each bin to weigh, as floats:
+        every sample a bin can have that is not skipped.
+
+        With ``sampling_ratio`` set, its G samples. Version 0 clips a bin to
+        the map, so it has at most ``size`` samples (``ceil`` of its length).
+        Version 1's bins are not clipped: of their ``ceil(bin)`` samples, at
+        least half a pixel apart where there are more than one, at most
+        ``2 size + 3`` lie from one pixel before the map to its end (the
+        others are skipped), counted from the first at or after -1 (found
+        here a sample or two early: the rest are checked one by one)."""
+        if self.sampling_ratio > 0:
+            count, first = self.sampling_ratio, ops.zeros_like(low)
+        elif self.version == 0:
+            count, first = size, ops.zeros_like(low)
+        else:
+            count = 2 * size + 6
+            spacing = bin_size / ops.maximum(grid, 1.0)
+            ahead = ops.where(spacing > 0, (-1.0 - low) / ops.where(spacing > 0, spacing, 1.0),
+                              0.0)
+            first = ops.minimum(ops.maximum(ops.floor(ahead - 0.5) - 1.0, 0.0), grid)
+        return first[:, None] + ops.arange(count, dtype="float32")[None, :]
 
     def _pool_one(self, features, roi):
         height, width = features.shape[2], features.shape[3]
@@ -341,7 +418,7 @@ class ROIAlign(keras.layers.Layer):
     def call(self, inputs):
         features, rois = inputs
         features = _to_nchw(features, self.data_format)
-        return _from_nchw(_per_roi(self._pool_one, features, rois), self.data_format)
+        return _from_nchw(per_roi(self._pool_one, features, rois), self.data_format)
 
     def compute_output_shape(self, input_shapes):
         features = input_shapes[0]

@@ -25,7 +25,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_caffe.layers.base import check_data_format, register
+from keras_caffe.layers.base import check_data_format, register, top_k
 
 
 def _nchw(x, data_format):
@@ -233,7 +233,7 @@ def _detections(score, valid, label, boxes, nms_threshold):
     k = score.shape[1]
     batch = ops.shape(score)[0]
     masked = ops.where(valid, score, ops.full_like(score, -np.inf))
-    values, order = ops.top_k(masked, k)
+    values, order = top_k(masked, k)
     valid = ops.take_along_axis(valid, order, axis=1)
     label = ops.take_along_axis(label, order, axis=1)
     order4 = ops.broadcast_to(order[..., None], (batch, k, 4))
@@ -259,7 +259,7 @@ def _detections(score, valid, label, boxes, nms_threshold):
 
     # Kept candidates first, in score order; then padding.
     key = ops.where(kept, k - positions[None], ops.zeros_like(positions[None]))
-    _, pick = ops.top_k(ops.cast(key, "int32"), k)
+    _, pick = top_k(ops.cast(key, "int32"), k)
     real = ops.take_along_axis(kept, pick, axis=1)
     x, y, w, h = (ops.take_along_axis(boxes[..., i], pick, axis=1) for i in range(4))
     image_id = ops.broadcast_to(ops.cast(ops.arange(batch), "float32")[:, None], (batch, k))

@@ -320,6 +320,11 @@ class YellowFin(CaffeOptimizer):
         # through where(finite, new, old), tensors by a neutral update_step),
         # not by a cond around the update: an XLA conditional that writes the
         # weights copies them on every step.
+        # The sizes of the gradients are read from their shapes, which a traced
+        # TensorFlow gradient can lack (a Dense layer on sequences of an
+        # unknown batch size: (None, units)): it takes its variable's.
+        grads = [g if None not in tuple(g.shape) else ops.reshape(g, v.shape)
+                 for g, v in zip(grads, variables)]
         averages = [self.slot(self.grad_avg, v) for v in variables]
         sums = tuner.gradient_sums(grads, averages, self.sparsity_debias)
         update = self._tune(grads, variables, sums)

@@ -37,16 +37,19 @@ def ema_weights(beta, step, zero_debias):
     tensor), each to float32 accuracy.
 
     ``1 - beta^(t+1)`` is ``-expm1((t+1) log(beta))``, exact to float32 where
-    the naive form loses 4 digits at t = 0. ``1 - k_t`` is computed as
-    ``beta (1 - beta^t) / (1 - beta^(t+1))``, not by subtraction: ``k_0`` may
-    round to ``1 + 1 ulp``, and ``k_0 (1 - k_0) ||g||^2`` would then start the
-    variance at ``-1e-7 ||g||^2`` instead of 0.
+    the naive form loses 4 digits at t = 0. ``k_t <= 1`` (exactly 1 at t = 0)
+    is kept so: the quotient rounds to ``1 + 1 ulp`` at t = 0 with Eigen's
+    ``expm1`` and to ``1 + 2 ulp`` with XLA's (TensorFlow's compiled update,
+    JAX). ``1 - k_t`` is computed as ``beta (1 - beta^t) / (1 - beta^(t+1))``,
+    not by subtraction, so that ``k_0 (1 - k_0) ||g||^2`` starts the variance
+    at 0 exactly (not at ``-1e-7 ||g||^2``).
     """
     if not zero_debias:
         return ops.convert_to_tensor(1.0 - beta, _F32), ops.convert_to_tensor(beta, _F32)
     log_beta = math.log(beta)
     debias = -ops.expm1((step + 1.0) * log_beta)
-    return (1.0 - beta) / debias, beta * -ops.expm1(step * log_beta) / debias
+    return (ops.minimum((1.0 - beta) / debias, 1.0),
+            beta * -ops.expm1(step * log_beta) / debias)
 
 
 def clip_scale(norm, threshold):

@@ -32,7 +32,7 @@ Values are written as Caffe's log writes them (``%g``, 6 digits).
 import sys
 import time
 
-from keras_caffe.training.caffe_log import number
+from keras_caffe.caffe_log import number
 
 #: Seconds between two redraws of the bar on a terminal (the last update is always drawn).
 INTERVAL = 0.05

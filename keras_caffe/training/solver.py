@@ -64,8 +64,9 @@ whose work lives beside it in ``keras_caffe.training``: ``solver_options``
 (workers, devices, the MirroredStrategy), ``net_building`` (the train and
 test nets, the weights they share, the optimizer), ``lms_attachment``,
 ``finetuning`` (``-weights``), ``solver_snapshots`` and ``resume_state``
-(snapshot files and the positions they carry), ``caffe_log`` and
-``progress`` (the output), ``signals``, ``step`` (the compiled steps).
+(snapshot files and the positions they carry), ``progress`` (the output;
+Caffe's log lines are ``keras_caffe.caffe_log``, shared with ``CaffeLogger``),
+``signals``, ``step`` (the compiled steps).
 """
 
 import os
@@ -82,10 +83,10 @@ from keras_caffe.importers.data.read_errors import pipeline_errors
 from keras_caffe.kernels import pool_cpu_memory
 from keras_caffe.training import (lms_attachment, net_building, placement, resume_state,
                                   solver_options, solver_snapshots)
-from keras_caffe.training.caffe_log import CaffeLog, SmoothedLoss
+from keras_caffe.caffe_log import CaffeLog, SmoothedLoss
 from keras_caffe.training.finetuning import copy_weights
 from keras_caffe.training.progress import ProgressLog
-from keras_caffe.training.random_state import random_states, restore_random_states
+from keras_caffe.importers.snapshots.random_states import random_states, restore_random_states
 from keras_caffe.training.signals import SIGHUP_EFFECT, SIGINT_EFFECT, SignalEffects, requested
 from keras_caffe.training.step import (NetOutputs, mirrored_train_function, resolve_jit,
                                        test_function, train_function)

@@ -50,7 +50,7 @@ from keras_caffe.importers.data.pipelines import net_pipeline
 from keras_caffe.importers.layer_types._data import producing_types
 from keras_caffe.importers.net.blobs import caffe_parts
 from keras_caffe.importers.net.importing import import_net
-from keras_caffe.training.caffe_log import CaffeLog, number
+from keras_caffe.caffe_log import CaffeLog, number
 from keras_caffe.training.step import NetOutputs, resolve_jit
 
 #: The remainder row's name.

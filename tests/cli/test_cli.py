@@ -131,6 +131,7 @@ def test_analyze_table_and_bad_bandwidth(lenet, capsys):
     assert len(err) == 1 and err[0].startswith("keras-caffe: error: ") and "bandwidth" in err[0]
 
 
+@pytest.mark.tensorflow_only  # HDF5Data's shapes from its source (tests/cli/test_cli_backends.py)
 def test_import_train_phase_summary(golden, capsys):
     """The issue's `keras-caffe import train_val.prototxt --phase TRAIN --summary`."""
     net = golden / "solvers" / "sgd" / "train_net.prototxt"
@@ -153,6 +154,7 @@ def test_analyze_scaling_table(lenet, capsys):
         "worker's sustained FLOP/s, such as '6.1T'\n")
 
 
+@pytest.mark.tensorflow_only  # keras-caffe train
 def test_run_cli_leaves_the_test_process_as_it_found_it(golden, tmp_path):
     """``cli_runner.run_cli`` runs ``train`` (it seeds, installs signal
     handlers, sets environment variables, logs) in a fresh Keras session and

@@ -269,7 +269,8 @@ def test_a_truncated_solverstate_says_where_it_is_cut(golden, tmp_path):
     first = state.history[0].ByteSize()
     truncated = tmp_path / "cut.solverstate"
     truncated.write_bytes(data[:head + 100])
-    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN")
+    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN",
+                                     input_shapes={"data": (20,), "label": ()})
     optimizer = keras_caffe.SGD(0.1)
     model.compile(optimizer=optimizer, **training_args(model))
     with pytest.raises(SnapshotError) as err:

@@ -406,8 +406,8 @@ def test_device_query():
 def test_version():
     proc = cli("--version")
     assert proc.returncode == 0 and proc.stderr == ""
-    assert proc.stdout == (f"keras-caffe {keras_caffe.__version__} (TensorFlow "
-                           f"{tf.__version__}, Keras {keras.__version__})\n")
+    assert proc.stdout == (f"keras-caffe {keras_caffe.__version__} (Keras {keras.__version__}, "
+                           f"backend tensorflow {tf.__version__})\n")
 
 
 def test_tensorflow_lines_hidden_unless_verbose():
@@ -487,8 +487,8 @@ def test_answers_before_importing_tensorflow(args, code, out, err, golden):
     assert result["out"].startswith(out)
     assert result["err"].splitlines()[-1:] == ([err] if err else [])
     if args == ["--version"]:
-        assert result["out"] == (f"keras-caffe {keras_caffe.__version__} (TensorFlow "
-                                 f"{tf.__version__}, Keras {keras.__version__})\n")
+        assert result["out"] == (f"keras-caffe {keras_caffe.__version__} (Keras "
+                                 f"{keras.__version__}, backend tensorflow {tf.__version__})\n")
 
 
 def test_started_as_cli():

@@ -25,7 +25,7 @@ from keras_caffe.distributed import context, faults
 from keras_caffe.distributed import data as data_module
 from keras_caffe.distributed._hvd import INSTALL_HINT
 from keras_caffe.distributed.state import offset_seeds
-from keras_caffe.training.random_state import seed_variables
+from keras_caffe.importers.snapshots.random_states import seed_variables
 from keras_caffe.errors import ArgumentError, DistributedError
 
 OWNER = "DistributedOptimizer"

@@ -14,7 +14,7 @@ import keras_caffe.distributed as kd
 from keras_caffe.callbacks import ElasticCommit
 from keras_caffe.distributed import faults
 from keras_caffe.errors import ArgumentError, DistributedError, KerasCaffeError
-from keras_caffe.training.random_state import seed_variables
+from keras_caffe.importers.snapshots.random_states import seed_variables
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 On Eigen's CPU kernels (oneDNN off, no GPU: ``keras_caffe.kernels.eigen_cpu``)
 ``Pooling`` MAX routes its gradient itself (``pooling.max_pool``) and
 ``Convolution`` without dilation computes its gradients with XLA's filter
-gradient and, at stride 1, forward convolutions (``conv.own_backward_conv``): TensorFlow's
+gradient and, at stride 1, forward convolutions (``tensorflow_kernels.own_backward_conv``): TensorFlow's
 ``MaxPoolGrad`` and ``Conv2DBackpropFilter`` are slow there. Each case runs
 with the own backward forced on and forced off (TensorFlow's), whichever
 kernels the process has, against numpy ports of Caffe:
@@ -26,7 +26,7 @@ import tensorflow as tf
 from keras_caffe import kernels
 from keras_caffe.importers import import_model
 from keras_caffe.importers.net.blobs import caffe_layers
-from keras_caffe.layers import conv, pooling
+from keras_caffe.layers import conv, pooling, tensorflow_kernels
 from layers.test_kernel_families import gradients
 
 pytestmark = pytest.mark.kernels
@@ -128,7 +128,7 @@ def test_route_max_gradient_matches_tensorflows_max_pool_grad():
     x = tf.constant(np.round(RNG.standard_normal((4, 13, 11, 5)) * 2).astype(np.float32))
     y = tf.nn.max_pool2d(x, (3, 3), (2, 2), "VALID")
     dy = tf.constant(RNG.standard_normal(y.shape).astype(np.float32))
-    ours = pooling.route_max_gradient(x, y, dy, (3, 3), (2, 2))
+    ours = tensorflow_kernels.route_max_gradient(x, y, dy, (3, 3), (2, 2))
     theirs = tf.raw_ops.MaxPoolGrad(orig_input=x, orig_output=y, grad=dy, ksize=[1, 3, 3, 1],
                                     strides=[1, 2, 2, 1], padding="VALID")
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
@@ -233,7 +233,7 @@ def test_second_order_gradients_go_through_the_own_backward():
             loss = tf.reduce_sum(gx * gx)
         return outer.gradient(loss, kernel).numpy()
 
-    ours = penalty(lambda x, k: conv.own_backward_conv(x, k, None, (1, 1)))
+    ours = penalty(lambda x, k: tensorflow_kernels.own_backward_conv(x, k, None, (1, 1)))
     theirs = penalty(lambda x, k: tf.nn.conv2d(x, k, 1, [[0, 0], [1, 1], [1, 1], [0, 0]]))
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
 

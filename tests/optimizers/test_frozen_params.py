@@ -9,6 +9,11 @@ Caffe's update in ``caffe_reference.py`` on a two-layer MLP under softmax
 loss, for the six solvers, with ``clip_gradients`` binding, with and
 without ``iter_size``; each case also checks that the old rule (the frozen
 gradient computed and counted) would have given other numbers.
+
+On every Keras backend (tests/support/tiers.py BACKENDS), with the same
+tolerances; the count of TensorFlow's backward kernels below the lowest
+learning layer (its traced graph, its convolution kernels) is
+``tensorflow_only``, and PyTorch's compiled step (torch.compile) is left out.
 """
 
 import re
@@ -16,10 +21,12 @@ import re
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_caffe
+from support import golden_dataset, golden_train_shapes
+from support.autodiff import gradients
 from support.caffe_reference import apply_update, mlp_softmax_diffs
+from support.traced import BACKEND, JIT
 from keras_caffe.importers import training_args
 
 pytestmark = pytest.mark.kernels  # parity: run under oneDNN and Eigen
@@ -93,9 +100,7 @@ def train(solver, lr_mults, iter_size, frozen_gradient="computed"):
     variables = model.trainable_variables
     for _ in range(ITERATIONS):
         for x, y in zip(np.split(X, iter_size), np.split(Y, iter_size)):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x))
-            grads = tape.gradient(loss, variables)
+            grads = gradients(lambda: loss_fn(y, model(x)), variables)
             if frozen_gradient == "none":
                 grads = [None if lr == 0 else g for g, lr in zip(grads, lr_mults)]
             optimizer.apply(grads, variables)
@@ -140,7 +145,7 @@ def test_a_gradient_that_was_never_computed_counts_as_zero(solver):
         np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile", JIT)
 def test_fit_freezes_as_apply_does(jit_compile):
     lr_mults = [0.0, 1.0, 1.0, 2.0]
     model = mlp()
@@ -171,7 +176,8 @@ def test_imported_net_with_a_frozen_layer_replays_caffe(golden, solver, monkeypa
         "param { lr_mult: 0 decay_mult: 1 }\n  param { lr_mult: 0 decay_mult: 0 }")
     assert text.count("lr_mult: 0") == 2
     monkeypatch.chdir(folder)  # the HDF5Data source is relative, as Caffe reads it
-    model = keras_caffe.import_model(text, weights=folder / "init.caffemodel", phase="TRAIN")
+    model = keras_caffe.import_model(text, weights=folder / "init.caffemodel", phase="TRAIN",
+                                     input_shapes=golden_train_shapes())
     lr_mult, decay_mult = keras_caffe.param_multipliers(model)
     assert lr_mult == {"ip1/kernel": 0.0, "ip1/bias": 0.0, "ip2/kernel": 1.0, "ip2/bias": 1.0}
     hp = HYPER[solver]
@@ -183,8 +189,8 @@ def test_imported_net_with_a_frozen_layer_replays_caffe(golden, solver, monkeypa
     init = [w.copy() for w in model.get_weights()]
     data = np.load(folder / "data.npz")
     iterations = 12
-    ds = tf.data.Dataset.from_tensor_slices((data["data"], data["label"])).batch(16).repeat()
-    model.fit(ds, steps_per_epoch=iterations, epochs=1, verbose=0, shuffle=False)
+    model.fit(golden_dataset(folder), steps_per_epoch=iterations, epochs=1, verbose=0,
+              shuffle=False)
     batches = [(data["data"][16 * (k % 4):16 * (k % 4) + 16],
                 data["label"][16 * (k % 4):16 * (k % 4) + 16].astype(int))
                for k in range(iterations)]
@@ -197,10 +203,27 @@ def test_imported_net_with_a_frozen_layer_replays_caffe(golden, solver, monkeypa
         np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=1e-6)
     for ours, start in zip(weights[:2], init[:2]):
         np.testing.assert_array_equal(ours, start)
-    with tf.GradientTape() as tape:
-        out = model(data["data"][:16], training=True)
-    grads = tape.gradient(out, model.trainable_variables)
-    assert [g is None for g in grads] == [True, True, False, False]
+    assert stopped_gradients(model, data["data"][:16]) == [True, True, False, False]
+
+
+def stopped_gradients(model, x):
+    """For each trainable variable: whether the gradient of ``model(x)``
+    (summed) cannot reach it. TensorFlow and PyTorch compute none there
+    (None); JAX's ``grad`` returns zeros where no path leads."""
+    variables = model.trainable_variables
+
+    def loss():
+        return sum(keras.ops.sum(y) for y in keras.tree.flatten(model(x, training=True)))
+
+    if BACKEND == "torch":  # torch.autograd.grad refuses an unreached input unless allowed
+        import torch  # here: the backend in use (the others lack PyTorch)
+
+        grads = torch.autograd.grad(loss(), [v.value for v in variables], allow_unused=True)
+        return [g is None for g in grads]
+    grads = gradients(loss, variables)
+    if BACKEND == "jax":
+        return [not np.any(keras.ops.convert_to_numpy(g)) for g in grads]
+    return [g is None for g in grads]
 
 
 def conv_net(frozen):
@@ -226,6 +249,8 @@ def backward_ops(model, scopes=()):
     """Op types of the traced backward pass of ``sum(model(x))`` over the
     model's trainable variables, with their counts; an op under a name
     scope of ``scopes`` counts as that scope, once per scope instance."""
+    import tensorflow as tf  # here: TensorFlow-only tests (the other backends lack it)
+
     variables = model.trainable_variables
 
     @tf.function
@@ -259,6 +284,7 @@ def backward_ops(model, scopes=()):
     return counts
 
 
+@pytest.mark.tensorflow_only  # TensorFlow's traced backward graph and convolution kernels
 @pytest.mark.parametrize("frozen, filters, inputs", [(0, 3, 2), (1, 2, 1), (2, 1, 0), (3, 0, 0)])
 def test_no_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, filters, inputs):
     """As Caffe's ``layer_need_backward``: the weight gradient is computed
@@ -274,11 +300,12 @@ def test_no_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, f
     assert counts.get("Conv2DBackpropInput", 0) == inputs
 
 
+@pytest.mark.tensorflow_only  # keras-caffe's own convolution backward on TensorFlow
 @pytest.mark.parametrize("frozen, filters, inputs", [(0, 3, 2), (1, 2, 1), (2, 1, 0), (3, 0, 0)])
 def test_no_own_backward_work_below_the_lowest_learning_layer(monkeypatch, frozen, filters,
                                                               inputs):
     """The same with keras-caffe's own convolution backward (Eigen's CPU
-    kernels: ``keras_caffe.layers.conv.own_backward_conv``), forced on here
+    kernels: ``keras_caffe.layers.tensorflow_kernels.own_backward_conv``), forced on here
     whatever the kernels: its filter gradients (one XLA call each) and its
     input gradients (convolutions) run only where Caffe's would."""
     from keras_caffe.layers import conv

@@ -3,7 +3,12 @@ against their float64 equations (tests/support/yellowfin_async.py), the synchron
 sanity check (no staleness: the measured total momentum is the algorithmic
 momentum), a smoke test of asynchronous training (where it must beat the open
 loop: that claim is benchmarks/yellowfin_closed_loop.py --check, run by make
-verify-claims), skipped steps, XLA, arguments, serialization and save/load."""
+verify-claims), skipped steps, XLA, arguments, serialization and save/load.
+
+On every Keras backend (tests/support/tiers.py BACKENDS), with the same
+tolerances: the replays run the update as the backend's trainer does
+(support/traced.py). The asynchronous smoke test is TensorFlow's: the
+claim's harness runs the optimizer inside one XLA while loop (tf.function)."""
 
 import copy
 import functools
@@ -12,12 +17,13 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 from keras_caffe.errors import ArgumentError
 from keras_caffe.optimizers import yellowfin_feedback as feedback
 from keras_caffe.optimizers.yellowfin import YellowFin
 from support import caffe_weights, sparse_softmax_loss, tiny_mlp
+from support.traced import JIT, TRACED_STEP, traced_apply
 from support.yellowfin_async import ClosedLoop, YellowFinTuner, async_runs, quadratic
 from support.yellowfin_async import claim_failures as closed_loop_claim
 
@@ -50,14 +56,14 @@ def test_closed_loop_matches_the_equations():
                  for a, b, n in zip(bounds, bounds[1:], "abc")]
     optimizer = YellowFin(closed_loop=True, staleness=staleness, feedback_gain=0.05,
                           lr_mult={"b": 2.0, "c": 0.0})
-    apply = tf.function(lambda grads: optimizer.apply(grads, variables))
+    apply = traced_apply(optimizer, variables)
     mults = np.repeat([1.0, 2.0, 0.0], sizes)
     live = mults != 0
     tuner, loop = YellowFinTuner(1, 12), ClosedLoop(1, int(live.sum()), staleness, gain=0.05)
     w, v = start.astype("float64")[None], np.zeros((1, 12))
     offsets = []
     for t, g in enumerate(sequence):
-        apply([tf.constant(g[a:b]) for a, b in zip(bounds, bounds[1:])])
+        apply([ops.convert_to_tensor(g[a:b]) for a, b in zip(bounds, bounds[1:])])
         g = np.where(live, g.astype("float64"), 0.0)[None]
         g = g * tuner.tune(g)[:, None]
         mu = loop.momentum(t, tuner.target, v[:, live])
@@ -93,10 +99,10 @@ def test_target_is_the_open_loop_momentum(smoothing):
     for closed in (False, True):
         w = keras.Variable(np.ones(12, "float32"))
         optimizer = YellowFin(closed_loop=closed, staleness=4, feedback_gain=0.05, **smoothing)
-        apply = tf.function(lambda g: optimizer.apply([g], [w]))
+        apply = traced_apply(optimizer, [w])
         trace = []
         for g in sequence:
-            apply(tf.constant(g))
+            apply([g])
             trace.append((float(optimizer.target_momentum), float(optimizer.tuned_momentum),
                           float(optimizer.tuned_learning_rate)))
         runs.append(np.array(trace))
@@ -108,10 +114,13 @@ def test_target_is_the_open_loop_momentum(smoothing):
 
 
 def test_masked_median_and_sample_plan():
-    x = tf.constant([3.0, np.nan, 1.0, np.inf, 2.0, -np.inf, 10.0])
+    def vector(values):
+        return ops.convert_to_tensor(values, "float32")
+
+    x = vector([3.0, np.nan, 1.0, np.inf, 2.0, -np.inf, 10.0])
     assert float(feedback.masked_median(x)) == 2.5  # median of 3, 1, 2, 10
-    assert float(feedback.masked_median(tf.constant([5.0]))) == 5.0
-    assert math.isnan(float(feedback.masked_median(tf.constant([np.nan, np.inf]))))
+    assert float(feedback.masked_median(vector([5.0]))) == 5.0
+    assert math.isnan(float(feedback.masked_median(vector([np.nan, np.inf]))))
     small = feedback.sample_plan([3, 4], size=10)
     assert [p.tolist() for p in small] == [[0, 1, 2], [0, 1, 2, 3]]
     big = feedback.sample_plan([5000, 3, 20000], size=4096)
@@ -137,10 +146,10 @@ def test_synchronous_total_momentum_is_the_algorithmic_momentum():
     for closed in (False, True):
         w = keras.Variable(x0[0].astype("float32"))
         optimizer = YellowFin(closed_loop=closed, staleness=0)
-        step = tf.function(lambda g: optimizer.apply([g], [w]))
+        step = traced_apply(optimizer, [w])
         trace = []
         for t in range(400):
-            step(h * w + noise[t])
+            step([h * w.numpy() + noise[t]])
             trace.append((float(optimizer.tuned_momentum), float(optimizer.target_momentum),
                           float(optimizer.total_momentum)))
         runs[closed] = np.array(trace), w.numpy()
@@ -164,6 +173,7 @@ def test_synchronous_total_momentum_is_the_algorithmic_momentum():
 # claim_failures) at a tiny size, and the claim's rules on made-up results.
 
 
+@pytest.mark.tensorflow_only  # yellowfin_async's harness: one tf.function XLA while loop
 def test_asynchronous_workers_smoke():
     """The claim's pipeline at 2 seeds of 300 updates to 0.1 x the initial
     loss: both loops of the real optimizer and the float64 equations run,
@@ -209,20 +219,21 @@ def test_closed_loop_claim_rules():
 # -- skipped steps, XLA -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["graph", "xla"])
+@pytest.mark.parametrize("mode", ["graph", "xla"][:len(JIT)])
 def test_non_finite_gradient_leaves_the_loop_unchanged(mode):
     """A NaN gradient skips the update and leaves every closed-loop variable;
-    graph and XLA agree on the run around it."""
+    graph and XLA agree on the run around it (as the backend's trainer runs
+    the update, support/traced.py; PyTorch: op by op)."""
     sequence = gradient_sequence(steps=30, size=6)
     sequence[20] = sequence[20].copy()
     sequence[20][3] = np.nan
     w = keras.Variable(np.ones(6, "float32"))
     optimizer = YellowFin(closed_loop=True, staleness=2, feedback_gain=0.05)
-    apply = tf.function(lambda g: optimizer.apply([g], [w]), jit_compile=mode == "xla")
+    apply = traced_apply(optimizer, [w], jit_compile=mode == "xla")
     for t, g in enumerate(sequence):
         if t == 20:
             before = {v.path: v.numpy().copy() for v in optimizer.variables}
-        apply(tf.constant(g))
+        apply([g])
         if t == 20:
             for v in optimizer.variables:
                 if not v.path.endswith("skipped_steps"):
@@ -245,7 +256,7 @@ def without_the_nan():
     reference = YellowFin(closed_loop=True, staleness=2, feedback_gain=0.05)
     for t, g in enumerate(sequence):
         if t != 20:
-            reference.apply([tf.constant(g)], [w_ref])
+            reference.apply([ops.convert_to_tensor(g)], [w_ref])
     return w_ref.numpy(), float(reference.total_momentum)
 
 
@@ -307,16 +318,28 @@ def test_config_round_trip():
     assert (plain["closed_loop"], plain["staleness"], plain["feedback_gain"]) == (False, 0, 0.01)
 
 
-def dataset(seed=0, n=256):
+def dataset(seed=0, n=256, skip=0):
+    """Batches of 16 of a seeded linear problem, in order and wrapping (those
+    of tf.data's ``.batch(16).repeat()``), the first ``skip`` left out: a
+    generator any backend's ``model.fit`` takes."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 20)).astype("float32")
     y = np.argmax(x @ rng.normal(size=(20, 5)), axis=1).astype("int32")
-    return tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+
+    def batches():
+        count = 0
+        while True:
+            for start in range(0, n, 16):
+                if count >= skip:
+                    yield x[start:start + 16], y[start:start + 16]
+                count += 1
+
+    return batches()
 
 
-def fit(model, optimizer, batches, skip=0, jit_compile=False):
+def fit(model, optimizer, batches, skip=0, jit_compile=TRACED_STEP):
     model.compile(optimizer=optimizer, loss=sparse_softmax_loss(), jit_compile=jit_compile)
-    model.fit(dataset().skip(skip), steps_per_epoch=batches, epochs=1, verbose=0, shuffle=False)
+    model.fit(dataset(skip=skip), steps_per_epoch=batches, epochs=1, verbose=0, shuffle=False)
     return model
 
 
@@ -338,7 +361,7 @@ def test_save_load_resumes_exactly(tmp_path):
     assert len(restored.variables) == len(first.optimizer.variables)
     for ours, theirs in zip(restored.variables, first.optimizer.variables):
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs), err_msg=ours.path)
-    resumed.fit(dataset().skip(20), steps_per_epoch=20, epochs=1, verbose=0, shuffle=False)
+    resumed.fit(dataset(skip=20), steps_per_epoch=20, epochs=1, verbose=0, shuffle=False)
     for name, value in caffe_weights(resumed).items():
         np.testing.assert_allclose(value, caffe_weights(reference)[name], rtol=1e-6, atol=1e-7,
                                    err_msg=name)

@@ -183,13 +183,21 @@ def from_keras_layout(array, data_format):
 DATA_FORMATS = ["channels_last", "channels_first"]
 
 
+def golden_train_shapes():
+    """``input_shapes`` for the HDF5Data layer of the golden solver and
+    snapshot nets: None on TensorFlow, where tf.data reads the shapes from its
+    source; on JAX and PyTorch given (its tops become Inputs)."""
+    return None if keras.backend.backend() == "tensorflow" else {"data": (20,), "label": ()}
+
+
 def golden_resume(folder):
     """The golden net of ``folder`` (TRAIN phase) compiled with the optimizer
     of its solver file, as a resume of Caffe's snapshot starts."""
     import keras_caffe
     from keras_caffe.importers import training_args
 
-    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN")
+    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN",
+                                     input_shapes=golden_train_shapes())
     lr_mult, decay_mult = keras_caffe.param_multipliers(model)
     optimizer = keras_caffe.optimizer_from_solver(folder / "solver.prototxt",
                                                   lr_mult=lr_mult, decay_mult=decay_mult)

@@ -30,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 import keras_caffe  # noqa: E402
 import keras_caffe.distributed as kd  # noqa: E402
 from keras_caffe.callbacks import MetricAverage  # noqa: E402
-from keras_caffe.training.random_state import seed_variables  # noqa: E402
+from keras_caffe.importers.snapshots.random_states import seed_variables  # noqa: E402
 
 me = kd.init(seed=11)
 rank = me.rank

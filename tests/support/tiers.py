@@ -86,9 +86,11 @@ NOT_QUICK = {
     "tests/examples/test_example_horovod.py": "runs an example under horovodrun",
     "tests/examples/test_example_yellowfin.py": "runs an example: whole-net training",
     "tests/examples/test_examples.py": "runs the examples as processes",
+    "tests/examples/test_example_any_backend.py": "runs an example as a process",
     "tests/training/test_finetune.py": "whole-net fine-tuning in processes",
     "tests/test_fuzz.py": "fuzzing in worker processes",
     "tests/test_install.py": "pip installs into new venvs",
+    "tests/test_install_without_tensorflow.py": "pip installs into a new venv",
     "tests/lms/test_lms_ceiling.py": "processes under RLIMIT_DATA",
     "tests/test_packaging.py": "builds the wheel, new venvs",
     "tests/test_readme.py": "runs the README's commands",
@@ -132,4 +134,103 @@ BACKENDS = {
     "tests/optimizers/test_optimizers.py": "the solvers' arguments, saving, multipliers",
     "tests/optimizers/test_solver_files.py": "solver files to optimizers",
     "tests/test_schedules.py": "Caffe's lr policies against Caffe's formulas",
+    "tests/benchmarks/test_backend_optimizers.py": "the solver benchmark's smoke run",
+    "tests/test_devices.py": "device and memory queries of each backend, unknown GPU memory",
+    "tests/importers/net/test_backend_support.py":
+        "import, export and analyze without TensorFlow; the tf.data data layers' stand-ins",
+    "tests/cli/test_cli_backends.py":
+        "the CLI's start-up, --version, import/export/analyze, TensorFlow-only commands refused",
+    "tests/cli/test_cli.py": "the CLI's import, analyze and their errors",
+    "tests/cli/test_cli_export.py": "the CLI's export: Caffe's bytes, refusals, file modes",
+    "tests/analysis/test_analyze.py": "analyze's shapes, sizes and FLOPs",
+    "tests/analysis/test_analyze_scaling.py": "analyze's data-parallel scaling tables",
+    "tests/importers/net/test_registry.py": "every layer type's shape rule and Keras layers agree",
+    "tests/importers/net/test_import_errors.py": "bad nets and weights named by the importer",
+    "tests/importers/net/test_memory_budget.py": "the import-time memory budget",
+    "tests/importers/net/test_caffemodel_bytes.py": "export and snapshots: Caffe's bytes",
+    "tests/importers/net/test_coverage.py": "the layer types people's importers used",
+    "tests/test_readme.py":
+        "the README's and docs' Python blocks; those needing TensorFlow refused in one line",
+    "tests/examples/test_example_any_backend.py":
+        "the README's solver and import examples as a script, TensorFlow never imported",
+    "tests/test_install_without_tensorflow.py":
+        "keras-caffe[jax]/[torch] installed in a bare venv with no TensorFlow, the example run there",
+    "tests/optimizers/test_yellowfin.py":
+        "YellowFin against the float64 equations, NaN/inf skipping, fit, save/load, lr_mult",
+    "tests/optimizers/test_yellowfin_closed_loop.py":
+        "closed-loop YellowFin against its float64 equations, skipped steps, save/load",
+    "tests/optimizers/test_yellowfin_logs.py": "YellowFin's tuned rate in Keras's logs",
+    "tests/optimizers/test_yellowfin_repr.py": "YellowFin's repr, tuned values read from its state",
+    "tests/optimizers/test_yellowfin_no_tuning.py":
+        "the no-tuning experiment's pipeline at a tiny size, its rules",
+    "tests/optimizers/test_frozen_params.py":
+        "lr_mult 0 as Caffe's frozen parameter, against the float64 port of Caffe's update",
+    "tests/importers/snapshots/test_snapshot.py":
+        "BVLC Caffe's snapshots resumed, the three formats round-tripped and refused",
+    "tests/importers/snapshots/test_snapshot_backends.py":
+        "snapshots written on each backend restored here, Caffe's bytes written again",
+    "tests/test_saved_models.py": ".keras files saved on each backend loaded and trained on",
+    "tests/callbacks/test_snapshot_callback.py": "CaffeSnapshot in fit, restore_snapshot",
+    "tests/callbacks/test_caffe_logger.py": "CaffeLogger's lines from fit",
+    "tests/callbacks/test_callbacks_backends.py":
+        "the callbacks without TensorFlow; Horovod's refused in one line",
+    # Layer types and the nets' numbers: every non-data layer type's tests.
+    "tests/importers/net/test_golden_forward.py":
+        "BVLC Caffe's recorded outputs of the golden nets, same tolerances",
+    "tests/importers/net/test_public_nets.py":
+        "public fork nets run whole against a float64 numpy run",
+    "tests/test_initializers.py": "Caffe's fillers as Keras initializers",
+    "tests/importers/layer_types/test_layer_type_backends.py":
+        "each layer type's declared backends against this one: runs eagerly and compiled, or refused",
+    "tests/importers/layer_types/test_accum.py":
+        "Accum against FlowNet 2.0's loops, forward and backward",
+    "tests/importers/layer_types/test_activations.py":
+        "activations and elementwise layers, their gradients",
+    "tests/importers/layer_types/test_bn.py": "the forks' BN, forward and backward",
+    "tests/importers/layer_types/test_bvlc_batch_and_windows.py":
+        "SPP, Im2col, BatchReindex, Filter",
+    "tests/importers/layer_types/test_c3d.py": "C3D's 3-D convolution, deconvolution, pooling",
+    "tests/importers/layer_types/test_continuation_indicator.py": "ContinuationIndicator",
+    "tests/importers/layer_types/test_contrastive_siamese.py":
+        "ContrastiveLoss, BVLC's siamese step",
+    "tests/importers/layer_types/test_convolution_nd.py": "Convolution/Deconvolution over 3 axes",
+    "tests/importers/layer_types/test_correlation.py":
+        "FlowNet's Correlation, forward and backward",
+    "tests/importers/layer_types/test_data_augmentation.py": "FlowNet's DataAugmentation layer",
+    "tests/importers/layer_types/test_depthwise.py": "the depthwise forks' convolutions",
+    "tests/importers/layer_types/test_detection_output.py": "SSD's DetectionOutput and its NMS",
+    "tests/importers/layer_types/test_flow_warp.py": "FlowWarp, forward and backward",
+    "tests/importers/layer_types/test_fork_layers.py": "SSD's Normalize and other fork layers",
+    "tests/importers/layer_types/test_interp.py": "PSPNet's Interp, forward and backward",
+    "tests/importers/layer_types/test_learned.py":
+        "Deconvolution, Embed, InnerProduct, BatchNorm, Scale",
+    "tests/importers/layer_types/test_losses.py":
+        "loss and Accuracy layers as Keras losses/metrics",
+    "tests/importers/layer_types/test_lstm_unit.py": "LSTMUnit",
+    "tests/importers/layer_types/test_opencv_elementwise.py": "OpenCV's elementwise layer names",
+    "tests/importers/layer_types/test_permute.py": "SSD's Permute",
+    "tests/importers/layer_types/test_pooling_darknet.py":
+        "Pooling under the YOLO fork's size rule",
+    "tests/importers/layer_types/test_pooling_mask.py": "MAX pooling's argmax mask",
+    "tests/importers/layer_types/test_prior_box.py": "SSD's PriorBox",
+    "tests/importers/layer_types/test_proposal.py":
+        "Faster R-CNN's proposals and NMS, the ZF test net",
+    "tests/importers/layer_types/test_psroi_pooling.py":
+        "R-FCN's PSROIPooling, forward and backward",
+    "tests/importers/layer_types/test_python_layer.py": "the recognised Python layers",
+    "tests/importers/layer_types/test_recurrent.py": "LSTM and RNN, forward and backward",
+    "tests/importers/layer_types/test_reductions.py": "ArgMax, Reduction, MVN",
+    "tests/importers/layer_types/test_region.py": "the YOLO ports' Region",
+    "tests/importers/layer_types/test_relu6.py": "ReLU6 and Axpy",
+    "tests/importers/layer_types/test_reorg.py": "the YOLO fork's Reorg",
+    "tests/importers/layer_types/test_resample.py": "FlowNet's Resample",
+    "tests/importers/layer_types/test_roi_align.py":
+        "ROIAlign as ncnn computes it, forward and backward",
+    "tests/importers/layer_types/test_roi_pooling.py": "Fast R-CNN's ROIPooling",
+    "tests/importers/layer_types/test_shape.py": "shape and routing layers",
+    "tests/importers/layer_types/test_swish_multinomial.py": "Swish, MultinomialLogisticLoss",
+    "tests/importers/layer_types/test_upsample.py": "the forks' Upsample, forward and backward",
+    "tests/importers/layer_types/test_vision.py": "Convolution, Pooling, LRN against Caffe's loops",
+    "tests/importers/layer_types/test_yolo_detection.py":
+        "the YOLO detection outputs and their NMS",
 }

@@ -17,7 +17,9 @@ its defaults reaches a training loss within 10% of the best of momentum SGD
   is the loss ``fit`` logs for the last of its ten epochs.
 - Every optimizer of a task starts from the same weights (one
   ``keras.utils.set_random_seed``, one model) and sees the same batches in
-  the same order. XLA (``jit_compile=True``, 10 steps per execution); the
+  the same order. XLA (``jit_compile=True`` on TensorFlow and JAX; PyTorch
+  runs op by op, its torch.compile taking minutes), 10 steps per execution (1
+  on PyTorch, the one value it takes); the
   baselines are Keras's own ``keras.optimizers.SGD(momentum=0.9)`` and
   ``keras.optimizers.Adam``. A family's rates share one compiled model:
   ``restart`` puts weights and optimizer state back to step 0 between rates
@@ -53,7 +55,6 @@ from dataclasses import dataclass, field
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import keras_caffe
 from keras_caffe.callbacks import YellowFinMonitor
@@ -66,7 +67,12 @@ FAMILIES = ("SGD", "Adam", "YellowFin")
 TOLERANCE = 1.1  # "within 10%": yf <= 1.1 * best
 STEPS = 1000  # per run: the slow start (10 x curv_win_width = 200 updates) is a fifth
 WINDOWS = 10  # fit epochs per run; the last one is the measured tenth
-STEPS_PER_EXECUTION = 10  # fewer Python round trips; the numbers are the same as with 1
+#: Fewer Python round trips; the numbers are the same as with 1 (the one
+#: value Keras's PyTorch trainer takes).
+STEPS_PER_EXECUTION = 1 if keras.backend.backend() == "torch" else 10
+#: The training step compiled with XLA (TensorFlow, JAX); PyTorch's compiled
+#: step (torch.compile) takes minutes, so it runs op by op there.
+JIT_COMPILE = keras.backend.backend() != "torch"
 CHANCE = {"cnn": math.log(8), "lstm": math.log(16)}  # loss of a uniform prediction
 LEARNED = 0.6  # the tasks are learned: the best run ends below 0.6 x chance
 BARELY = 0.95  # the grids need tuning: some finite run ends above 0.95 x chance
@@ -167,13 +173,15 @@ class Task:
 
     def dataset(self):
         """The run's batches: seeded permutations of the data, one per epoch,
-        so that every optimizer sees the same batches in the same order."""
+        so that every optimizer sees the same batches in the same order (a
+        generator of ``steps`` batches, which any backend's ``fit`` takes)."""
         rng = np.random.RandomState(self.seed + 1)
         needed = self.steps * self.batch
         order = np.concatenate([rng.permutation(len(self.x))
                                 for _ in range(-(-needed // len(self.x)))])[:needed]
-        return tf.data.Dataset.from_tensor_slices((self.x[order], self.y[order])).batch(
-            self.batch, drop_remainder=True)
+        x, y = self.x[order], self.y[order]
+        return ((x[i:i + self.batch], y[i:i + self.batch])
+                for i in range(0, needed, self.batch))
 
 
 def cnn_task(steps=STEPS, batch=32, samples=None, size=16, seed=0):
@@ -264,7 +272,7 @@ def train_family(task, family, initial_weights, progress=None, yellowfin=None):
     keras.utils.set_random_seed(task.seed)
     model = task.make_model()
     optimizer = chosen[0].make()
-    model.compile(optimizer=optimizer, jit_compile=True, steps_per_execution=math.gcd(
+    model.compile(optimizer=optimizer, jit_compile=JIT_COMPILE, steps_per_execution=math.gcd(
                       STEPS_PER_EXECUTION, task.steps // WINDOWS),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     callbacks = [YellowFinMonitor()] if family == "YellowFin" else []
@@ -394,6 +402,8 @@ def machine(cpuinfo="/proc/cpuinfo"):
     import os
     import re
     from pathlib import Path
+
+    import tensorflow as tf  # here: TensorFlow optional (the claim benchmarks run on it)
 
     from keras_caffe.kernels import onednn_enabled
 

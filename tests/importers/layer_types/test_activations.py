@@ -13,13 +13,14 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 from keras_caffe.errors import LayerError, WeightsError
 from keras_caffe.importers import import_model, load_into, register_layer_type, unregister_layer_type
 from keras_caffe.importers.net.graph import Blob
 from keras_caffe.layers import elementwise
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
+from support.layer_gradients import gradients as backend_gradients, weighted_sum
 
 RNG = np.random.RandomState(0)
 
@@ -102,12 +103,11 @@ def test_relu(slope, data_format):
 @pytest.mark.parametrize("slope", [0.0, 0.1, -0.5, 3.0])
 def test_caffe_relu_layer_takes_any_slope(slope):
     """keras_caffe.layers.elementwise.ReLU, for a layer type that needs negative slopes."""
-    x = tf.Variable(images())
-    with tf.GradientTape() as tape:
-        y = elementwise.ReLU(negative_slope=slope)(x)
-    dx = tape.gradient(y, x).numpy()
-    x = x.numpy()
-    np.testing.assert_allclose(y.numpy(), np.maximum(x, 0) + np.float32(slope) * np.minimum(x, 0),
+    x = images()
+    layer = elementwise.ReLU(negative_slope=slope)
+    (dx,), _ = backend_gradients(lambda t: ops.sum(layer(t)), [x])
+    y = ops.convert_to_numpy(layer(x))
+    np.testing.assert_allclose(y, np.maximum(x, 0) + np.float32(slope) * np.minimum(x, 0),
                                rtol=1e-6)
     np.testing.assert_array_equal(dx, (x > 0) + np.float32(slope) * (x <= 0))
 
@@ -788,16 +788,18 @@ def gradients(text, inputs, weights=None, data_format="channels_last"):
     model = import_model(header + text, data_format=data_format)
     if weights:
         load_into(model, weights)
-    feed = [tf.Variable(to_keras_layout(a, data_format)) for a in inputs.values()]
-    with tf.GradientTape() as tape:
-        y = model(feed if len(feed) > 1 else feed[0])
-        g = tf.constant(np.random.RandomState(5).randn(*y.shape).astype(np.float32))
-        loss = tf.reduce_sum(y * g)
-    grads = tape.gradient(loss, feed + model.trainable_weights)
-    grads = [np.zeros(v.shape, np.float32) if d is None else d.numpy()
-             for v, d in zip(feed + model.trainable_weights, grads)]
-    g = from_keras_layout(g.numpy(), data_format)
-    return g, [from_keras_layout(d, data_format) for d in grads[:len(feed)]], grads[len(feed):]
+    feed = [to_keras_layout(a, data_format) for a in inputs.values()]
+
+    def run(*tensors):
+        return model(list(tensors) if len(tensors) > 1 else tensors[0])
+
+    g = np.random.RandomState(5).randn(*run(*feed).shape).astype(np.float32)
+    inputs_grads, weights_grads = backend_gradients(lambda *t: weighted_sum(run(*t), g),
+                                                    feed, model.trainable_weights)
+    weights_grads = [np.zeros(v.shape, np.float32) if d is None else d
+                     for v, d in zip(model.trainable_weights, weights_grads)]
+    g = from_keras_layout(g, data_format)
+    return g, [from_keras_layout(d, data_format) for d in inputs_grads], weights_grads
 
 
 @pytest.mark.layer_type("PReLU")

@@ -20,14 +20,14 @@ import struct
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
 from keras_caffe.analysis import analyze
 from keras_caffe.importers.net.weights import load_weights
 from keras_caffe.proto import caffe_pb2
-from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
+from support import DATA_FORMATS, run_layers, to_keras_layout
+from support.layer_gradients import backward
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
 
@@ -243,13 +243,8 @@ def test_convolution3d_gradients(data_format):
     layer.set_caffe_blobs([w, b])
     top = c3d_conv_forward(x, w, b, kernel, stride, pad)
     cotangent = rng.standard_normal(top.shape).astype(F)
-    feed = tf.constant(to_keras_layout(x, data_format))
-    with tf.GradientTape() as tape:
-        tape.watch(feed)
-        loss = tf.reduce_sum(model(feed) * to_keras_layout(cotangent, data_format))
-    grad_x, grad_kernel = tape.gradient(loss, [feed, layer.kernel])
-    grad_x = from_keras_layout(grad_x.numpy(), data_format)
-    grad_w = layer.caffe_from_keras_weights([grad_kernel.numpy()])[0]
+    grad_x, (grad_kernel,) = backward(model, x, cotangent, data_format, [layer.kernel])
+    grad_w = layer.caffe_from_keras_weights([grad_kernel])[0]
     eps = 1e-2
     for probe_x, probe_w, grad in ((rng.standard_normal(x.shape), 0, grad_x),
                                    (0, rng.standard_normal(w.shape), grad_w)):
@@ -356,11 +351,7 @@ def test_deconvolution3d_gradients(data_format):
     model.get_layer("deconv").set_caffe_blobs([w, b])
     top = c3d_deconv_forward(x, w, b, kernel, stride, pad)
     cotangent = rng.standard_normal(top.shape).astype(F)
-    feed = tf.constant(to_keras_layout(x, data_format))
-    with tf.GradientTape() as tape:
-        tape.watch(feed)
-        loss = tf.reduce_sum(model(feed) * to_keras_layout(cotangent, data_format))
-    grad = from_keras_layout(tape.gradient(loss, feed).numpy(), data_format)
+    grad, _ = backward(model, x, cotangent, data_format)
     probe, eps = rng.standard_normal(x.shape), 1e-2
     numeric = np.sum((c3d_deconv_forward(x + eps * probe, w, b, kernel, stride, pad)
                       - c3d_deconv_forward(x - eps * probe, w, b, kernel, stride, pad))
@@ -416,11 +407,7 @@ def test_pooling3d_gradients(data_format, pool):
     model = import_model(input_text(x.shape) + pool_text(params), data_format=data_format)
     top = c3d_pool_forward(x, pool, 3, 2, 2, 1, pad)
     cotangent = rng.standard_normal(top.shape).astype(F)
-    feed = tf.constant(to_keras_layout(x, data_format))
-    with tf.GradientTape() as tape:
-        tape.watch(feed)
-        loss = tf.reduce_sum(model(feed) * to_keras_layout(cotangent, data_format))
-    grad = from_keras_layout(tape.gradient(loss, feed).numpy(), data_format)
+    grad, _ = backward(model, x, cotangent, data_format)
     probe, eps = rng.standard_normal(x.shape), 1e-3
     numeric = np.sum((c3d_pool_forward(x + eps * probe, pool, 3, 2, 2, 1, pad)
                       - c3d_pool_forward(x - eps * probe, pool, 3, 2, 2, 1, pad))

@@ -24,7 +24,6 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_caffe
 from keras_caffe.errors import LayerError
@@ -33,6 +32,7 @@ from keras_caffe.analysis import analyze
 from keras_caffe.importers.net.weights import load_weights
 from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
+from support.layer_gradients import backward
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
 
@@ -256,13 +256,8 @@ def test_convolution_3d_gradients(data_format):
     layer.set_caffe_blobs([w, b])
     top = conv_forward(x, w, b, stride, pad, dilation, 2)
     cotangent = rng.standard_normal(top.shape).astype(F)
-    feed = tf.constant(to_keras_layout(x, data_format))
-    with tf.GradientTape() as tape:
-        tape.watch(feed)
-        loss = tf.reduce_sum(model(feed) * to_keras_layout(cotangent, data_format))
-    grad_x, grad_kernel = tape.gradient(loss, [feed, layer.kernel])
-    grads = (from_keras_layout(grad_x.numpy(), data_format),
-             layer.caffe_from_keras_weights([grad_kernel.numpy()])[0])
+    grad_x, (grad_kernel,) = backward(model, x, cotangent, data_format, [layer.kernel])
+    grads = (grad_x, layer.caffe_from_keras_weights([grad_kernel])[0])
     eps = 1e-2
     for which, grad in enumerate(grads):
         probe = rng.standard_normal(x.shape if which == 0 else w.shape)
@@ -289,13 +284,8 @@ def test_deconvolution_3d_gradients(data_format):
     layer.set_caffe_blobs([w, b])
     top = deconv_forward(x, w, b, stride, pad, dilation, 1)
     cotangent = rng.standard_normal(top.shape).astype(F)
-    feed = tf.constant(to_keras_layout(x, data_format))
-    with tf.GradientTape() as tape:
-        tape.watch(feed)
-        loss = tf.reduce_sum(model(feed) * to_keras_layout(cotangent, data_format))
-    grad_x, grad_kernel = tape.gradient(loss, [feed, layer.kernel])
-    grads = (from_keras_layout(grad_x.numpy(), data_format),
-             layer.caffe_from_keras_weights([grad_kernel.numpy()])[0])
+    grad_x, (grad_kernel,) = backward(model, x, cotangent, data_format, [layer.kernel])
+    grads = (grad_x, layer.caffe_from_keras_weights([grad_kernel])[0])
     eps = 1e-2
     for which, grad in enumerate(grads):
         probe = rng.standard_normal(x.shape if which == 0 else w.shape)

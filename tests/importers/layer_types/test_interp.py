@@ -6,12 +6,12 @@ unpacked case, float32 arithmetic) for the values, and
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
 from keras_caffe.analysis import analyze
-from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
+from support import DATA_FORMATS, run_layers
+from support.layer_gradients import backward
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
 
@@ -148,11 +148,7 @@ def test_interp_gradient_is_the_adjoint(case, data_format):
     model = import_model(
         'layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 '
         f'dim: {h} dim: {w} }} }} }}\n' + interp_text(params), data_format=data_format)
-    feed = tf.constant(to_keras_layout(x, data_format))
-    with tf.GradientTape() as tape:
-        tape.watch(feed)
-        loss = tf.reduce_sum(model(feed) * to_keras_layout(cotangent, data_format))
-    grad = from_keras_layout(tape.gradient(loss, feed).numpy(), data_format)
+    grad, _ = backward(model, x, cotangent, data_format)
     adjoint = interp_backward(cotangent.astype(np.float64), x.shape, pad_beg, pad_end)
     np.testing.assert_allclose(grad, adjoint, rtol=1e-5, atol=1e-5)
     probe = rng.standard_normal(x.shape)

@@ -5,6 +5,7 @@ lib/fast_rcnn/bbox_transform.py ``bbox_transform_inv``/``clip_boxes`` and
 lib/nms/py_cpu_nms.py), and py-faster-rcnn's ZF Faster R-CNN test net end
 to end."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -284,6 +285,55 @@ def test_opencv_proposal_bad_parameters(params, message):
 # -- py-faster-rcnn's ZF Faster R-CNN, end to end ----------------------------------------------
 
 
+def _nms_case(seed, count=60):
+    """Integer boxes (many equal overlaps and ties at the threshold) in score
+    order, as the Proposal layer hands them to its NMS: (y1, x1, y2 + 1, x2 + 1)."""
+    rng = np.random.default_rng(seed)
+    x1, y1 = rng.integers(0, 20, count), rng.integers(0, 20, count)
+    x2, y2 = x1 + rng.integers(0, 12, count), y1 + rng.integers(0, 12, count)
+    scores = np.sort(rng.random(count).astype(np.float32))[::-1]
+    dets = np.stack([x1, y1, x2, y2, scores], axis=1).astype(np.float64)
+    corners = np.stack([y1, x1, y2 + 1, x2 + 1], axis=1).astype(np.float32)
+    return dets, corners, scores
+
+
+@pytest.mark.layer_type("Proposal")
+@pytest.mark.parametrize("seed, count, most, threshold", [
+    (0, 60, 60, 0.7), (1, 60, 60, 0.3), (2, 50, 40, 0.5), (3, 60, 5, 0.7), (4, 30, 60, 0.0)])
+def test_keras_ops_nms_is_py_faster_rcnns(seed, count, most, threshold):
+    """Proposal's NMS in keras.ops (the one JAX and PyTorch run) keeps
+    py_cpu_nms's boxes, in its order, the first ``count`` candidates only,
+    at most ``most``, then zeros."""
+    from keras_caffe.layers.two_stage import non_max_suppression
+
+    dets, corners, scores = _nms_case(seed)
+    want = reference_nms(dets[:count], threshold)[:min(most, count)]
+    indices, found = non_max_suppression(corners, scores, count, min(most, 60),
+                                         np.float32(threshold))
+    indices = keras.ops.convert_to_numpy(indices)
+    assert int(keras.ops.convert_to_numpy(found)) == len(want)
+    np.testing.assert_array_equal(indices[:len(want)], want)
+    assert not indices[len(want):].any()
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.layer_type("Proposal")
+@pytest.mark.parametrize("seed, count, most, threshold", [
+    (0, 60, 60, 0.7), (1, 60, 60, 0.3), (2, 50, 40, 0.5), (3, 60, 5, 0.7), (4, 30, 60, 0.0)])
+def test_tensorflows_nms_kernel_keeps_the_same_boxes(seed, count, most, threshold):
+    """On TensorFlow the layer runs tf.image.non_max_suppression
+    (tensorflow_kernels): the same indices as the keras.ops NMS."""
+    from keras_caffe.layers import tensorflow_kernels
+    from keras_caffe.layers.two_stage import non_max_suppression
+
+    _, corners, scores = _nms_case(seed)
+    ours = non_max_suppression(corners, scores, count, most, np.float32(threshold))
+    theirs = tensorflow_kernels.non_max_suppression(corners, scores, count, most,
+                                                    np.float32(threshold))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+
+
 def random_blobs(text, input_shapes, rng):
     """Random weights of every layer with blobs, scaled by fan-in (He)."""
     blobs = {}
@@ -319,7 +369,7 @@ def test_faster_rcnn_zf_test_net(data_format):
     image = rng.standard_normal((1, 3, 128, 160)).astype(np.float32)
     info = np.array([[128.0, 160.0, 1.0]], np.float32)
     out = model([to_keras_layout(image, data_format), info])
-    out = {k: np.asarray(v) for k, v in out.items()}
+    out = {k: keras.ops.convert_to_numpy(v) for k, v in out.items()}
     prob, deltas = out["rpn_cls_prob_reshape"], out["rpn_bbox_pred"]
     if data_format == "channels_last":
         prob, deltas = np.moveaxis(prob, -1, 1), np.moveaxis(deltas, -1, 1)

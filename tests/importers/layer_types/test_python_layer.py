@@ -3,6 +3,7 @@ module and layer name (python_layer.PYTHON_LAYERS) are imported, computed by
 keras-caffe's own code; every other one is refused, by the importer and by
 analyze, and no code from the model file runs."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -37,7 +38,8 @@ def test_recognised_python_layer_imports_and_runs():
     rng = np.random.default_rng(0)
     prob = rng.random((1, 3, 4, 18)).astype(np.float32)
     deltas = (rng.standard_normal((1, 3, 4, 36)) * 0.1).astype(np.float32)
-    rois = np.asarray(model([prob, deltas, np.array([[48.0, 64.0, 1.0]], np.float32)]))
+    info = np.array([[48.0, 64.0, 1.0]], np.float32)
+    rois = keras.ops.convert_to_numpy(model([prob, deltas, info]))
     assert rois.shape == (300, 5) and np.all(rois[:, 0] == 0) and rois[0, 3] > 0
 
 

@@ -7,12 +7,12 @@ refusals and the gradient (the permutation's transpose)."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
 from keras_caffe.analysis import analyze
-from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
+from support import DATA_FORMATS, run_layers
+from support.layer_gradients import backward
 
 pytestmark = pytest.mark.kernels
 
@@ -88,7 +88,9 @@ def test_reorg_is_darknets_order_not_a_plain_space_to_depth():
     view = x.reshape(1, 1, 8, 8)
     # top read as (C, H, W) = (4, 4, 4): channel 0 is view[0, 0, 2h, 2w] for h, w < 4.
     np.testing.assert_array_equal(got.reshape(1, 4, 4, 4)[0, 0], view[0, 0, ::2, ::2])
-    plain = tf.nn.space_to_depth(np.moveaxis(x, 1, -1), 2).numpy()
+    # TensorFlow's space_to_depth (NHWC, block 2): out[h, w, (2 i + j) C + c] = x[2h + i, 2w + j, c]
+    nhwc = np.moveaxis(x, 1, -1)
+    plain = nhwc.reshape(1, 2, 2, 2, 2, 4).transpose(0, 1, 3, 2, 4, 5).reshape(1, 2, 2, 16)
     assert not np.array_equal(got, np.moveaxis(plain, -1, 1))
 
 
@@ -96,11 +98,7 @@ def gradient(text, x, data_format, cotangent):
     model = import_model('layer { name: "in" type: "Input" top: "data" input_param { shape { '
                          + " ".join(f"dim: {d}" for d in x.shape) + " } } }\n" + text,
                          data_format=data_format)
-    feed = tf.constant(to_keras_layout(x, data_format))
-    with tf.GradientTape() as tape:
-        tape.watch(feed)
-        loss = tf.reduce_sum(model(feed) * to_keras_layout(cotangent, data_format))
-    return from_keras_layout(tape.gradient(loss, feed).numpy(), data_format)
+    return backward(model, x, cotangent, data_format)[0]
 
 
 @pytest.mark.layer_type("Reorg")

@@ -12,12 +12,12 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_caffe.errors import LayerError
 from keras_caffe.importers import import_model
 from keras_caffe.analysis import analyze
 from support import DATA_FORMATS, from_keras_layout, run_layers, to_keras_layout
+from support.layer_gradients import gradients, weighted_sum
 from importers.layer_types.test_pooling_mask import max_pool_with_mask
 
 pytestmark = pytest.mark.kernels  # also run with the other CPU kernels (make test)
@@ -74,12 +74,11 @@ def gradient(text, inputs, data_format, cotangent, outputs=("up",)):
         + "input_param { " + "".join("shape { " + " ".join(f"dim: {d}" for d in v.shape)
                                      + " } " for v in inputs.values()) + "} }\n" + text,
         data_format=data_format, outputs=list(outputs))
-    feed = [tf.constant(to_keras_layout(v, data_format)) for v in inputs.values()]
-    with tf.GradientTape() as tape:
-        tape.watch(feed[0])
-        top = model(feed if len(feed) > 1 else feed[0])
-        loss = tf.reduce_sum(top * to_keras_layout(cotangent, data_format))
-    return from_keras_layout(tape.gradient(loss, feed[0]).numpy(), data_format)
+    feed = [to_keras_layout(v, data_format) for v in inputs.values()]
+    top = to_keras_layout(cotangent, data_format)
+    grads, _ = gradients(lambda *t: weighted_sum(model(list(t) if len(t) > 1 else t[0]), top),
+                         feed)
+    return from_keras_layout(grads[0], data_format)
 
 
 UNPOOL_CASES = {

@@ -45,7 +45,7 @@ def test_the_golden_adam_snapshot_holds_all_five_layers(golden):
     holding every layer of the train net with bottoms, tops, param and phase."""
     path = golden / "solvers" / "adam" / "bin_run" / "snap_iter_30.caffemodel"
     model = keras_caffe.import_model(golden / "solvers" / "adam" / "train_net.prototxt", path,
-                                     phase="TRAIN")
+                                     phase="TRAIN", input_shapes={"data": (20,), "label": ()})
     net = caffemodel_proto(model, model_blobs(model))
     assert [(layer.name, layer.phase, len(layer.blobs)) for layer in net.layer] == [
         ("data", caffe_pb2.TRAIN, 0), ("ip1", caffe_pb2.TRAIN, 2), ("relu1", caffe_pb2.TRAIN, 0),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import keras_caffe
+from keras_caffe.backends import is_tensorflow
 from keras_caffe.errors import (
     CaffeImportError,
     GraphError,
@@ -205,8 +206,22 @@ def test_bad_data_format_and_phase():
         keras_caffe.import_model(INPUT, phase="VAL")
 
 
-@pytest.mark.parametrize("lms", [1000, "LMS(1000)", keras_caffe.LMS],
-                         ids=["number", "text", "the class"])
+class LMSLike:
+    """A class offering LMS's ``attach_to`` (keras_caffe.LMS is TensorFlow's backend only)."""
+
+    def attach_to(self, imported, **how):
+        return imported.model
+
+
+#: Not an LMS: a number, a text, a class offering attach_to (keras_caffe.LMS itself on
+#: TensorFlow's backend, where it exists).
+NOT_AN_LMS = [pytest.param(1000, id="number"), pytest.param("LMS(1000)", id="text"),
+              pytest.param(LMSLike, id="a class"),
+              *([pytest.param(keras_caffe.LMS, id="the class")]
+                if is_tensorflow() else [])]
+
+
+@pytest.mark.parametrize("lms", NOT_AN_LMS)
 def test_an_lms_that_is_not_one_is_refused_before_importing(lms):
     """``import_model(lms=...)`` checks the object through the method LMS
     offers (the importers never import keras_caffe.lms): anything else, the

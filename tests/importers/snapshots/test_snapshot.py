@@ -18,7 +18,7 @@ from keras_caffe.importers.snapshots.files import (SnapshotError, latest_snapsho
                                             load_snapshot, save_snapshot, snapshot_paths)
 from keras_caffe.importers.snapshots.caffe_format import EXTRA_FIELD, current_step
 from keras_caffe.proto import caffe_pb2
-from support import golden_resume, tiny_mlp
+from support import golden_resume, golden_train_shapes, tiny_mlp
 
 CASES = ["sgd_binaryproto", "sgd_hdf5", "adam_binaryproto", "adam_hdf5",
          "sgd_binaryproto_fullbatch64", "adam_hdf5_fullbatch64"]
@@ -173,7 +173,8 @@ def test_our_history_after_training_equals_caffes_snapshot(golden, case, tmp_pat
     (AdaDelta's two sets in Caffe's order), iter and current_step equal the
     solverstate Caffe's binary wrote (solvers/<case>/bin_run)."""
     folder = golden / "solvers" / case
-    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN")
+    model = keras_caffe.import_model(folder / "train_net.prototxt", phase="TRAIN",
+                                     input_shapes=golden_train_shapes())
     init = np.load(folder / "init.npz")
     for layer in ("ip1", "ip2"):
         model.get_layer(layer).set_caffe_blobs([init[f"{layer}_w"], init[f"{layer}_b"]])
@@ -346,6 +347,7 @@ def test_keras_optimizer_and_plain_model_round_trip(tmp_path):
                    before)
 
 
+@pytest.mark.tensorflow_only  # keras_caffe.distributed: Horovod
 def test_a_distributed_optimizer_is_stored_as_its_inner_one(tmp_path):
     """A ``DistributedOptimizer`` (found through its ``inner_optimizer``: the
     snapshots never import keras_caffe.distributed) holds no state of its

@@ -1,6 +1,11 @@
 """The model's random-generator states (Keras ``SeedGenerator``s: Dropout's),
 which snapshots store so a resumed run draws the masks an uninterrupted run
-draws, and which data-parallel workers offset by rank."""
+draws, and which data-parallel workers offset by rank.
+
+Each Keras backend keeps the state in its own integer type (TensorFlow
+int64, JAX uint32, PyTorch int32) and draws with its own generator: the
+stored numbers restore on any backend, cast to its type, and the masks they
+draw are that backend's."""
 
 import numpy as np
 

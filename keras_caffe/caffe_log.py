@@ -7,6 +7,11 @@ and the many scripts modelled on them) match the messages below and read the
 time from the prefix, so keras-caffe writes the same messages, numbers formatted as
 C++'s ``ostream`` does by default (6 significant digits, ``%g``), after the
 same prefix, naming the Caffe source line that prints each message.
+
+Shared by ``keras_caffe.callbacks.CaffeLogger`` (``model.fit`` on every
+Keras backend) and Caffe's training loop (``keras_caffe.Solver``,
+``keras-caffe train``/``test``/``time``, on TensorFlow): plain Python and
+NumPy, no backend, so it lives outside both packages.
 """
 
 import datetime
