@@ -22,6 +22,7 @@ imported: after ``import keras_caffe``, after ``import_model``, at the end
 """
 
 import argparse
+import importlib.metadata
 import os
 import sys
 import tempfile
@@ -103,7 +104,7 @@ def main():
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for lenet.keras and out.caffemodel (default: a temporary one)")
     args = parser.parse_args()
-    print(f"keras-caffe {keras_caffe.__version__} on Keras {keras.__version__}, "
+    print(f"keras-caffe {importlib.metadata.version('keras-caffe')} on Keras {keras.__version__}, "
           f"backend {keras.backend.backend()}")
     keras.utils.set_random_seed(0)
     model, loss = solvers(args.golden / "solvers" / "sgd" / "solver.prototxt")

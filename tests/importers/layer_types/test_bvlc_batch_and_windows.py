@@ -5,6 +5,7 @@ filter_layer.cpp)."""
 
 import math
 
+import keras
 import numpy as np
 import pytest
 
@@ -132,6 +133,9 @@ def test_batch_reindex_refuses_indices_that_are_not_1d():
 
 
 @pytest.mark.layer_type("Filter")
+@pytest.mark.skipif(keras.backend.backend() == "jax",
+                    reason="Filter does not run on JAX (its unit's unsupported_backends; "
+                           "test_layer_type_backends checks the refusal)")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)
 def test_filter_keeps_selected_samples_in_order(data_format):
     rng = np.random.RandomState(3)
