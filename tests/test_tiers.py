@@ -62,3 +62,16 @@ def test_ci_report_adds_up_the_phases_and_ranks_the_files(tmp_path):
     assert slowest[1] == "     11.0 s  test      tests/t11.py"
     assert slowest[-1] == "      3.0 s  test      tests/t3.py"
     assert lines[17:] == ["  compat: 100 s of test time in 1 files", "  test: 66 s of test time in 12 files"]
+
+
+def test_ci_backend_files_are_backends_files():
+    """.ci/run's share of the JAX and PyTorch runs (the Makefile's
+    BACKEND_CI_FILES) names files that exist and are in BACKENDS."""
+    import re
+
+    from support.tiers import BACKENDS
+
+    text = (TESTS.parent / "Makefile").read_text().replace("\\\n", " ")
+    files = re.search(r"^BACKEND_CI_FILES = (.*)$", text, re.MULTILINE).group(1).split()
+    assert len(files) >= 10
+    assert [f for f in files if f not in BACKENDS or not (TESTS.parent / f).is_file()] == []
