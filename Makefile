@@ -204,7 +204,7 @@ NO_TENSORFLOW = -c 'import importlib.util, sys; \
 define backend_venv
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || \
 		($(SUDO) apt-get update && $(SUDO) apt-get install -y python3-venv)
-	[ -x $(1)/bin/python ] || $(PYTHON) -m venv $(1)
+	[ -x $(1)/bin/pip ] || $(PYTHON) -m venv --clear $(1)  # again if a run stopped half-way
 	$(1)/bin/pip install --quiet --upgrade pip setuptools wheel
 	$(1)/bin/pip install --quiet "$(2)" ".[$(3),$(BACKEND_EXTRAS)]" && rm -rf build
 	$(1)/bin/python $(NO_TENSORFLOW)
