@@ -237,19 +237,21 @@ ifeq ($(BACKEND_SET),ci)
 BACKEND_ARGS = $(BACKEND_CI_FILES)
 endif
 
-# test_backend VENV BACKEND: the package reinstalled, then the BACKENDS files
+# test_backend VENV BACKEND [ENV]: the package reinstalled, then the BACKENDS files
 # with KERAS_BACKEND set (conftest.py collects only those there).
 define test_backend
 	$(1)/bin/pip install --quiet --no-deps --no-build-isolation --force-reinstall . && rm -rf build
 	@echo "== the tests of the core on $(2) ($(1), no TensorFlow)"
-	KERAS_BACKEND=$(2) KERAS_CAFFE_EXPECT_INSTALLED=1 $(1)/bin/pytest -n $(TEST_WORKERS) \
+	$(3) KERAS_BACKEND=$(2) KERAS_CAFFE_EXPECT_INSTALLED=1 $(1)/bin/pytest -n $(TEST_WORKERS) \
 		--dist loadfile --no-loadscope-reorder $(BACKEND_ARGS) $(SUITE_ARGS)
 endef
 
 test-jax: $(JAX_VENV)/.deps
 	$(call test_backend,$(JAX_VENV),jax)
+# One PyTorch thread per pytest worker: with its default (every core) in each
+# of two workers, the YellowFin files took 229 s against 15.5 s on 2 cores.
 test-torch: $(TORCH_VENV)/.deps
-	$(call test_backend,$(TORCH_VENV),torch)
+	$(call test_backend,$(TORCH_VENV),torch,OMP_NUM_THREADS=1)
 test-backends: test-jax test-torch
 
 # The research claims of docs/claims.md, each a benchmark at the claim's size

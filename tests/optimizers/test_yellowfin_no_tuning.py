@@ -18,9 +18,10 @@ yellowfin_tasks.py for why it was a poor measure.
 
 On every Keras backend (tests/support/tiers.py BACKENDS). PyTorch runs the
 smoke test on the LSTM task alone (``SMOKE_TASKS``): its trainer runs op by
-op, and the grid's 16 runs of both tasks took 370 s there on 2 shared cores
-(the LSTM's 8: 22 s, the CNN's: 77 s); one task shows the pipeline, the
-verdict and YellowFin's tuning as well as two.
+op, and with PyTorch's default threads on 2 cores shared with other jobs the
+grid's 16 runs of both tasks took 370 s (the LSTM's 8: 22 s, the CNN's 77 s;
+10 s for all 16 with one thread); one task shows the pipeline, the verdict
+and YellowFin's tuning as well as two.
 """
 
 import math

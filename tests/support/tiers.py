@@ -162,7 +162,7 @@ BACKENDS = {
     "tests/optimizers/test_yellowfin_logs.py": "YellowFin's tuned rate in Keras's logs",
     "tests/optimizers/test_yellowfin_repr.py": "YellowFin's repr, tuned values read from its state",
     "tests/optimizers/test_yellowfin_no_tuning.py":
-        "the no-tuning experiment's pipeline at a tiny size, its rules",
+        "the no-tuning experiment's pipeline at a tiny size, its rules (PyTorch: the LSTM task)",
     "tests/optimizers/test_frozen_params.py":
         "lr_mult 0 as Caffe's frozen parameter, against the float64 port of Caffe's update",
     "tests/importers/snapshots/test_snapshot.py":
