@@ -23,6 +23,12 @@ adjacent windows (robust to drift), with a machine line (CPU model and SIMD
 flags, TensorFlow's CPU kernel family on TensorFlow, backend and versions,
 load average at the start and the end).
 
+On PyTorch, Keras's SGD, Adagrad, RMSprop, Adadelta and Adam run their own
+multi-tensor updates (``keras/src/backend/torch/optimizers``:
+``torch._foreach_*`` over all variables at once), where keras-caffe's
+solvers run their ``keras.ops`` formula variable by variable, eagerly: each
+op of the formula is a kernel launch and a pass over the variable.
+
 How the hyperparameters map (the same update, step for step, except where
 said; Caffe's formulas are in each solver's docstring):
 
