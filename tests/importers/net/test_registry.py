@@ -28,6 +28,7 @@ from keras_caffe.analysis import analyze
 from keras_caffe.importers.net.blobs import caffe_layers
 from keras_caffe.importers.net.importing import import_net
 from keras_caffe.importers.layer_types import base
+from keras_caffe.errors import BackendRequirementError
 from keras_caffe.importers.net.registry import DuplicateLayerTypeError, is_builtin, origin
 
 #: tests/importers, whose folders hold the layer types' tests.
