@@ -19,25 +19,12 @@ import pytest
 import keras_caffe
 from keras_caffe.backends import SUPPORTED
 from keras_caffe.cli._registry import COMMANDS
-from support.cli_runner import run_cli
+from support.cli_runner import STARTUP, run_cli
 
 BACKEND = keras.backend.backend()
 #: The commands built on TensorFlow.
 TENSORFLOW_COMMANDS = ["train", "test", "time", "device_query", "install-horovod"]
 
-STARTUP = """
-import contextlib, io, json, sys
-sys.argv[0] = "keras-caffe"  # the command line, as its console script starts it
-from keras_caffe.cli import main
-out, err = io.StringIO(), io.StringIO()
-with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-        code = main(sys.argv[1:])
-    except SystemExit as stop:
-        code = stop.code
-print(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue(),
-                  "loaded": sorted({"tensorflow", "keras", "jax", "torch"} & set(sys.modules))}))
-"""
 
 
 def startup(*args, cwd="/"):

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 import keras_caffe
-from support.cli_runner import run_cli
+from support.cli_runner import STARTUP, run_cli
 from keras_caffe import _cli_quiet
 from keras_caffe.cli import _registry
 from keras_caffe.analysis.tables import Column, Grid, print_grid
@@ -434,19 +434,6 @@ def test_quiet_start_keeps_what_is_not_tensorflows():
     assert proc.stderr.splitlines() == ["a real warning", "the end"]
 
 
-STARTUP = """
-import contextlib, io, json, sys
-sys.argv[0] = "keras-caffe"  # the command line, as its console script starts it
-from keras_caffe.cli import main
-out, err = io.StringIO(), io.StringIO()
-with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-        code = main(sys.argv[1:])
-    except SystemExit as stop:
-        code = stop.code
-print(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue(),
-                  "loaded": sorted({"tensorflow", "keras", "jax", "torch"} & set(sys.modules))}))
-"""
 
 
 @pytest.mark.parametrize("args, code, out, err", [

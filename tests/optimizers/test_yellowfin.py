@@ -28,7 +28,7 @@ from keras_caffe.callbacks import YellowFinMonitor
 from keras_caffe.errors import ArgumentError, KerasCaffeError
 from keras_caffe.optimizers import yellowfin_tuner
 from keras_caffe.optimizers.yellowfin import YellowFin
-from support import caffe_weights, sparse_softmax_loss, tiny_mlp
+from support import caffe_weights, linear_batches, sparse_softmax_loss, tiny_mlp
 from support.autodiff import gradients
 from support.traced import BACKEND, JIT, TRACED_STEP, compiled, traced_apply
 
@@ -555,22 +555,8 @@ def test_config_round_trip():
 
 
 def dataset(seed=0, n=256, skip=0):
-    """Batches of 16 of a seeded linear problem, in order and wrapping (those
-    of tf.data's ``.batch(16).repeat()``), the first ``skip`` left out: a
-    generator any backend's ``model.fit`` takes."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 20)).astype("float32")
-    y = np.argmax(x @ rng.normal(size=(20, 5)), axis=1).astype("int32")
-
-    def batches():
-        count = 0
-        while True:
-            for start in range(0, n, 16):
-                if count >= skip:
-                    yield x[start:start + 16], y[start:start + 16]
-                count += 1
-
-    return batches()
+    """The seeded linear problem's batches (``support.linear_batches``)."""
+    return linear_batches(seed, n, skip)
 
 
 def initial_weights(seed=0):

@@ -128,17 +128,28 @@ def golden_dataset(folder, batch_size=16, skip=0):
     when the rows do not divide), the first ``skip`` left out, as a
     generator any Keras backend's ``model.fit`` takes."""
     data = np.load(folder / "data.npz")
-    x, y = data["data"], data["label"].astype("int32")
+    return repeated_batches(data["data"], data["label"].astype("int32"), batch_size, skip)
 
-    def batches():
-        count = 0
-        while True:
-            for start in range(0, len(x), batch_size):
-                if count >= skip:
-                    yield x[start:start + batch_size], y[start:start + batch_size]
-                count += 1
 
-    return batches()
+def repeated_batches(x, y, batch_size, skip=0):
+    """``(x, y)`` in batches of ``batch_size``, in order and wrapping (a short
+    last batch when the rows do not divide: tf.data's
+    ``.batch(batch_size).repeat()``), the first ``skip`` left out."""
+    count = 0
+    while True:
+        for start in range(0, len(x), batch_size):
+            if count >= skip:
+                yield x[start:start + batch_size], y[start:start + batch_size]
+            count += 1
+
+
+def linear_batches(seed=0, n=256, skip=0):
+    """Batches of 16 of a seeded linear problem (20 features, 5 classes),
+    ``repeated_batches``: the YellowFin tests' ``model.fit`` data."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 20)).astype("float32")
+    y = np.argmax(x @ rng.normal(size=(20, 5)), axis=1).astype("int32")
+    return repeated_batches(x, y, 16, skip)
 
 
 def run_layers(layers_text, inputs, weights=None, data_format="channels_last", phase="TEST",

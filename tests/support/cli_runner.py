@@ -338,3 +338,21 @@ def _streams(out, err, stdin):
             err.flush()
         finally:
             sys.stdin, sys.stdout, sys.stderr = saved
+
+
+#: ``python -c STARTUP ARGS...``: ``keras-caffe ARGS`` in a fresh process,
+#: printing one JSON line: exit code, stdout, stderr, and which of
+#: tensorflow/keras/jax/torch got imported (the start-up tests).
+STARTUP = """
+import contextlib, io, json, sys
+sys.argv[0] = "keras-caffe"  # the command line, as its console script starts it
+from keras_caffe.cli import main
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as stop:
+        code = stop.code
+print(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue(),
+                  "loaded": sorted({"tensorflow", "keras", "jax", "torch"} & set(sys.modules))}))
+"""
