@@ -48,7 +48,7 @@ require_backend()
 ERRORS = (
     "KerasCaffeError", "ArgumentError", "ProtoParseError", "SolverError", "CaffeImportError",
     "UnknownLayerError", "UnknownLayerTypeError", "UnsafeLayerError", "GraphError",
-    "LayerError", "LayerLimitError", "WeightsError", "SnapshotError", "DuplicateLayerTypeError",
+    "LayerError", "LayerLimitError", "LayerValueError", "WeightsError", "SnapshotError", "DuplicateLayerTypeError",
     "DuplicateConverterError", "DistributedError", "HorovodBuildError", "BackendRequirementError",
     "TensorFlowRequirementError", "HorovodUnavailableError",
 )

@@ -21,6 +21,7 @@ from keras_caffe.errors import (
     KerasCaffeError,
     LayerError,
     LayerLimitError,
+    LayerValueError,
     ProtoParseError,
     SolverError,
     TensorFlowRequirementError,
@@ -51,6 +52,7 @@ __all__ = [
     "SGD", "AdaDelta", "AdaGrad", "Adam", "CaffeOptimizer", "Nesterov", "RMSProp", "YellowFin",
     "export_caffemodel", "import_model", "param_multipliers", "DuplicateLayerTypeError",
     "DuplicateConverterError",
-    "SnapshotError", "HorovodUnavailableError", "LayerLimitError", "BackendRequirementError",
+    "SnapshotError", "HorovodUnavailableError", "LayerLimitError", "LayerValueError",
+    "BackendRequirementError",
     "optimizer_from_solver",
 ]

@@ -90,26 +90,30 @@ class GraphError(CaffeImportError):
 
 
 class LayerError(CaffeImportError):
-    """A layer's parameters or shapes are invalid; names the layer."""
+    """A layer's parameters, shapes or input values are invalid; names the layer.
 
-    def __init__(self, layer, message):
-        self.layer = layer
-        super().__init__(f"layer {layer!r}: {message}")
-
-
-class LayerLimitError(LayerError):
-    """A layer over Large Model Support's hard limit (``keras_caffe.lms``).
     Also constructible from its message alone, so it keeps its type when
-    Keras re-raises it from inside a call (Keras rebuilds an exception as
-    ``type(e)(message)``)."""
+    Keras re-raises it from inside a layer's call (Keras rebuilds an
+    exception as ``type(e)(message)`` to add the call's arguments)."""
 
     def __init__(self, layer, message=None):
         if message is not None:
-            super().__init__(layer, message)
+            self.layer = layer
+            super().__init__(f"layer {layer!r}: {message}")
             return
         text = str(layer)
         KerasCaffeError.__init__(self, text)
         self.layer = text.split("'")[1] if text.count("'") >= 2 else None
+
+
+class LayerLimitError(LayerError):
+    """A layer over Large Model Support's hard limit (``keras_caffe.lms``)."""
+
+
+class LayerValueError(LayerError):
+    """A layer's input values break one of Caffe's run-time CHECKs (an index
+    outside the batch), found when the layer runs
+    (``keras_caffe.layers.value_checks``)."""
 
 
 class WeightsError(CaffeImportError):

@@ -16,10 +16,8 @@ test_packaging's, the dependencies come from this environment through a
 import email.parser
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
-import sys
 import sysconfig
 import zipfile
 from pathlib import Path
@@ -30,6 +28,7 @@ from packaging.utils import canonicalize_name
 
 from keras_caffe._require import DISTRIBUTIONS
 from support import REPO
+from support.venvs import clean_env, make_venv, pip
 from test_packaging import wheel  # noqa: F401  (the fixture: the wheel, built once per module)
 
 #: Distributions that install the ``tensorflow`` module (canonical names): the
@@ -48,35 +47,8 @@ LIST_DISTS = (
 )
 
 
-def _env():
-    """This environment without PYTHONPATH, pip configuration or TF's chatter."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
-               PIP_NO_INPUT="1", TF_CPP_MIN_LOG_LEVEL="3")
-    return env
-
-
-def _venv(path):
-    """A fresh venv without pip (pip runs from here with --python): its python
-    and its site-packages."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    python = path / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    return python, Path(site)
-
-
-def _pip(python, *args):
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), *args],
-                          capture_output=True, text=True, env=_env())
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
 def _run(python, *args, cwd):
-    return subprocess.run([str(python), *args], cwd=cwd, env=_env(),
+    return subprocess.run([str(python), *args], cwd=cwd, env=clean_env(),
                           capture_output=True, text=True)
 
 
@@ -135,7 +107,7 @@ def test_installed_tensorflow_is_kept(wheel, tmp_path, flavor):  # noqa: F811
     metadata renamed where this environment has the other distribution),
     ``pip install keras-caffe`` installs keras-caffe alone."""
     version = _shadow(tmp_path / "deps", flavor)
-    python, site = _venv(tmp_path / "venv")
+    python, site = make_venv(tmp_path / "venv")
     (site / "deps.pth").write_text(f"{tmp_path / 'deps'}\n")
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -144,8 +116,8 @@ def test_installed_tensorflow_is_kept(wheel, tmp_path, flavor):  # noqa: F811
     assert _tensorflows(before) == {flavor: version}
     assert "keras-caffe" not in before
     report = tmp_path / "report.json"
-    _pip(python, "install", "--quiet", "--no-index", "--find-links", str(wheel.parent),
-         "--report", str(report), "keras-caffe")
+    pip(python, "install", "--quiet", "--no-index", "--find-links", str(wheel.parent),
+        "--report", str(report), "keras-caffe")
     installed = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
     assert installed == ["keras-caffe"]
     after = _dists(python, outside)
@@ -211,8 +183,8 @@ def test_readme_and_makefile_install_tensorflow_through_one_extra(wheel):  # noq
 def bare_venv(wheel, tmp_path_factory):  # noqa: F811
     """A venv with keras-caffe and nothing else (no system site packages)."""
     tmp = tmp_path_factory.mktemp("bare")
-    python, site = _venv(tmp / "venv")
-    _pip(python, "install", "--quiet", "--no-deps", "--no-index", str(wheel))
+    python, site = make_venv(tmp / "venv")
+    pip(python, "install", "--quiet", "--no-deps", "--no-index", str(wheel))
     return python, site
 
 
@@ -226,7 +198,7 @@ def _last_lines(python, site, tmp_path, fake=None):
         lines = []
         for args in ([str(python), "-c", "import keras_caffe"],
                      [str(python.parent / "keras-caffe"), "--help"]):
-            proc = subprocess.run(args, cwd=tmp_path, env=_env(), capture_output=True, text=True)
+            proc = subprocess.run(args, cwd=tmp_path, env=clean_env(), capture_output=True, text=True)
             assert proc.returncode == 1, proc.stdout + proc.stderr
             lines.append(proc.stderr.splitlines()[-1])
         return lines

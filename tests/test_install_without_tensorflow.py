@@ -29,7 +29,6 @@ test-backends`` runs it in .venv-jax and .venv-torch).
 import email.parser
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from packaging.utils import canonicalize_name
 import keras_caffe
 from keras_caffe._require import DISTRIBUTIONS
 from support import GOLDEN, REPO
+from support.venvs import clean_env, make_venv, pip
 from test_packaging import wheel  # noqa: F401  (the fixture: the wheel, built once per module)
 
 BACKEND = keras.backend.backend()
@@ -58,15 +58,6 @@ pytestmark = pytest.mark.skipif(
 #: Python that reports ``import keras_caffe``'s file and whether TensorFlow is imported.
 WHERE_FROM = ("import sys, keras_caffe, keras\n"
               "print(keras_caffe.__file__, keras.backend.backend(), 'tensorflow' in sys.modules)\n")
-
-
-def _env(**extra):
-    """This environment without PYTHONPATH or pip configuration, and ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
-               TF_CPP_MIN_LOG_LEVEL="3", **extra)
-    return env
-
 
 def _requires(wheel_path, extra):
     """The wheel's requirements with ``extra`` asked for."""
@@ -120,26 +111,6 @@ def link_distributions(dists, path, folder):
     for top in sorted(tops):
         (folder / top).symlink_to(Path(path) / top)
     return sorted(tops)
-
-
-def _venv(path):
-    """A fresh venv without pip (pip runs from here with --python): its python
-    and its site-packages."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    python = path / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True).stdout.strip()
-    return python, Path(site)
-
-
-def _pip(python, *args):
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), *args],
-                          capture_output=True, text=True, env=_env())
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory):  # noqa: F811
     """A bare venv, the closure of ``keras-caffe[BACKEND]``'s requirements
@@ -150,11 +121,11 @@ def installed(wheel, tmp_path_factory):  # noqa: F811
     purelib = Path(sysconfig.get_paths()["purelib"])
     dists = requirement_closure(_requires(wheel, BACKEND), purelib)
     link_distributions(dists, purelib, tmp / "deps")
-    python, site = _venv(tmp / "venv")
+    python, site = make_venv(tmp / "venv")
     (site / "deps.pth").write_text(f"{tmp / 'deps'}\n")
     report = tmp / "report.json"
-    _pip(python, "install", "--quiet", "--no-index", "--find-links", str(wheel.parent),
-         "--report", str(report), f"keras-caffe[{BACKEND}]")
+    pip(python, "install", "--quiet", "--no-index", "--find-links", str(wheel.parent),
+        "--report", str(report), f"keras-caffe[{BACKEND}]")
     outside = tmp / "elsewhere"
     outside.mkdir()
     return python, site, json.loads(report.read_text()), set(dists), outside
@@ -172,13 +143,13 @@ def test_pip_installs_keras_caffe_alone_and_no_tensorflow_is_needed(installed, w
     # and pip finds no TensorFlow for this venv: the extra that asks for one fails, offline
     proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                            "--dry-run", "--no-index", "--find-links", str(wheel.parent),
-                           "keras-caffe[tensorflow]"], capture_output=True, text=True, env=_env())
+                           "keras-caffe[tensorflow]"], capture_output=True, text=True, env=clean_env())
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1] == ("ERROR: No matching distribution found for "
                                             "tensorflow>=2.16 (from keras-caffe[tensorflow])")
-    check = _pip(python, "check")
+    check = pip(python, "check")
     assert check.stdout.strip() == "No broken requirements found."
-    listed = json.loads(_pip(python, "list", "--format", "json").stdout)
+    listed = json.loads(pip(python, "list", "--format", "json").stdout)
     names = {canonicalize_name(item["name"]) for item in listed}
     assert names == linked | {"keras-caffe"}
 
@@ -187,7 +158,7 @@ def test_import_and_version_without_tensorflow(installed):
     """``import keras_caffe`` is the venv's and imports no TensorFlow;
     ``keras-caffe --version`` names the backend and its version."""
     python, site, _, _, outside = installed
-    env = _env(KERAS_BACKEND=BACKEND)
+    env = clean_env(KERAS_BACKEND=BACKEND)
     proc = subprocess.run([str(python), "-c", WHERE_FROM], cwd=outside, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -209,7 +180,7 @@ def test_the_any_backend_example_runs_without_tensorflow(installed):
     python, _, _, _, outside = installed
     proc = subprocess.run([str(python), str(REPO / "examples" / "any_backend.py"),
                            "--golden", str(GOLDEN), "--out", str(outside)],
-                          cwd=outside, env=_env(KERAS_BACKEND=BACKEND), capture_output=True,
+                          cwd=outside, env=clean_env(KERAS_BACKEND=BACKEND), capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()

@@ -5,19 +5,22 @@ import keras
 from keras import ops
 
 from keras_caffe.layers.base import on_tensorflow, register, tensorflow_kernels
+from keras_caffe.layers.value_checks import check_batch_indices, values_known
 
 
 @register
 class BatchReindex(keras.layers.Layer):
     """``top[i] = x[permut[i]]``: inputs ``[x, permut]``, ``permut`` (K,)
     float indices as Caffe's blobs hold them (``BatchReindexLayer::Forward_cpu``);
-    an index outside [0, N) is an error, as Caffe's CHECKs."""
+    an index outside [0, N) is a ``LayerValueError``, as Caffe's CHECKs
+    (``keras_caffe.layers.value_checks``)."""
 
     def call(self, inputs):
         x, permut = inputs
         index = ops.cast(permut, "int32")
-        if on_tensorflow():  # Caffe's CHECKs as graph assertions
-            return tensorflow_kernels.checked_take(x, index)
+        if on_tensorflow() and not values_known(index):  # the CHECKs as graph assertions
+            return tensorflow_kernels.checked_take(x, index, self.name)
+        check_batch_indices(self.name, index, ops.shape(x)[0])
         return ops.take(x, index, axis=0)
 
     def compute_output_shape(self, input_shapes):

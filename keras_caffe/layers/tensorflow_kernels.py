@@ -252,12 +252,14 @@ def lrn(x, depth_radius, bias, alpha, beta):
                                               alpha=alpha, beta=beta)
 
 
-def checked_take(x, index):
-    """``x[index]`` along the batch, an index outside [0, N) an error, as
-    Caffe's CHECKs (``BatchReindexLayer::Forward_cpu``)."""
-    checks = [tf.debugging.assert_non_negative(index, message="BatchReindex: negative index"),
-              tf.debugging.assert_less(index, tf.shape(x)[0],
-                                       message="BatchReindex: index not below the batch size")]
+def checked_take(x, index, layer):
+    """``x[index]`` along the batch in a graph, an index outside [0, N) an
+    assertion naming ``layer``, as Caffe's CHECKs (``BatchReindexLayer::
+    Forward_cpu``; eager calls check in ``value_checks``)."""
+    message = (f"layer {layer!r}: an index of bottom 1 is outside [0, N), N the batch of "
+               f"bottom 0 (batch_reindex_layer.cpp's CHECK)")
+    checks = [tf.debugging.assert_non_negative(index, message=message),
+              tf.debugging.assert_less(index, tf.shape(x)[0], message=message)]
     with tf.control_dependencies(checks):
         return tf.gather(x, index, axis=0)
 

@@ -4,13 +4,14 @@ im2col_layer.cpp with util/im2col.cpp, batch_reindex_layer.cpp,
 filter_layer.cpp)."""
 
 import math
+import re
 
 import keras
 import numpy as np
 import pytest
 
 from support import caffe_numpy
-from keras_caffe.errors import LayerError
+from keras_caffe.errors import LayerError, LayerValueError
 from keras_caffe.analysis import analyze
 from keras_caffe.proto import caffe_pb2
 from support import DATA_FORMATS, run_layers
@@ -120,6 +121,63 @@ def test_batch_reindex_gathers_samples(data_format):
     got = run_layers('layer { name: "r" type: "BatchReindex" bottom: "x" bottom: "p" top: "r" }',
                      {"x": x, "p": permut}, data_format=data_format)["r"]
     np.testing.assert_array_equal(got, x[[3, 0, 0, 2, 1, 3]])
+
+
+REINDEX = 'layer { name: "r" type: "BatchReindex" bottom: "x" bottom: "p" top: "r" }'
+OUTSIDE = {  # permut -> Caffe's complaint (BatchReindexLayer::check_batch_reindex's CHECKs)
+    (1.0, 4.0, 0.0): "index 4 at position 1 of bottom 1 is outside [0, 4)",
+    (-1.0, 2.0): "index -1 at position 0 of bottom 1 is outside [0, 4)",
+}
+
+
+@pytest.mark.layer_type("BatchReindex")
+@pytest.mark.parametrize("permut", list(OUTSIDE))
+def test_batch_reindex_refuses_an_index_outside_the_batch(permut):
+    """Called eagerly on any backend: the project's LayerValueError naming
+    the layer, the index and its position, before any gather (Keras adds
+    the call's arguments around the message; the line itself is ours)."""
+    x = np.zeros((4, 3), np.float32)
+    with pytest.raises(LayerValueError) as raised:
+        run_layers(REINDEX, {"x": x, "p": np.array(permut, np.float32)})
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(raised.value)).splitlines()  # Keras's bold
+    assert (f"layer 'r': {OUTSIDE[permut]}, the batch of bottom 0 (batch_reindex_layer.cpp's "
+            f"CHECK)") in lines
+    assert raised.value.layer == "r"
+
+
+#: The error a compiled step reports its CHECK in, per backend (PyTorch's
+#: trainer runs eagerly, so there it is the LayerValueError itself).
+COMPILED_ERROR = {"tensorflow": ("tensorflow", "errors", "InvalidArgumentError"),
+                  "jax": ("jax", "errors", "JaxRuntimeError"),
+                  "torch": ("keras_caffe", "errors", "LayerValueError")}
+COMPILED_MESSAGE = {"tensorflow": "layer 'r': an index of bottom 1 is outside [0, N), N the batch "
+                                  "of bottom 0 (batch_reindex_layer.cpp's CHECK)",
+                    "jax": "layer 'r': index 4 at position 1 of bottom 1 is outside [0, 4), the "
+                           "batch of bottom 0 (batch_reindex_layer.cpp's CHECK)"}
+COMPILED_MESSAGE["torch"] = COMPILED_MESSAGE["jax"]
+
+
+@pytest.mark.layer_type("BatchReindex")
+def test_batch_reindex_checks_inside_a_compiled_step():
+    """``predict_on_batch`` compiles the model on TensorFlow and JAX: the CHECK runs
+    with the step (a graph assertion, a host callback) and its message
+    names the layer; the bad index never reads past the batch silently."""
+    import importlib
+
+    from keras_caffe.importers import import_model
+
+    model = import_model('layer { name: "input" type: "Input" top: "x" top: "p" input_param { '
+                         'shape { dim: 4 dim: 3 } shape { dim: 2 } } }\n' + REINDEX)
+    x, good = np.arange(12, dtype=np.float32).reshape(4, 3), np.array([3.0, 0.0], np.float32)
+    np.testing.assert_array_equal(model.predict_on_batch([x, good]), x[[3, 0]])
+    module, *path = COMPILED_ERROR[keras.backend.backend()]
+    expected = importlib.import_module(module)
+    for name in path:
+        expected = getattr(expected, name)
+    with pytest.raises(expected) as raised:
+        model.predict_on_batch([x, np.array([1.0, 4.0], np.float32)])
+    # TensorFlow escapes the quotes of an assertion's message in its error
+    assert COMPILED_MESSAGE[keras.backend.backend()] in str(raised.value).replace("\\'", "'")
 
 
 @pytest.mark.layer_type("BatchReindex")
