@@ -5,6 +5,7 @@ the FlowNet 2.0 layers by the numpy ports of the fork's code in their own
 test files, the BVLC layers (Power, Convolution, leaky ReLU, Concat) by
 numpy here."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -97,7 +98,7 @@ def test_flownetc_tiny_deploy_runs_as_the_fork(data_format):
                               to_keras_layout(img1.astype(F), data_format)])
     expected = numpy_net(img0, img1, blobs)
     for name in wanted:
-        got = from_keras_layout(np.asarray(outputs[name]), data_format)
+        got = from_keras_layout(keras.ops.convert_to_numpy(outputs[name]), data_format)
         assert got.shape == expected[name].shape, name
         np.testing.assert_allclose(got, expected[name], rtol=1e-4, atol=2e-5, err_msg=name)
     # The flow moves some points out of the image: the warp's fill is met.
