@@ -55,7 +55,7 @@ class CaffeLogger(keras.callbacks.Callback):
         display: log every this many iterations (Caffe's ``display``), >= 1.
         average_loss: smooth the printed loss over this many iterations, >= 1.
         stream: where to write (default: stderr, as glog does). Under
-            Horovod only rank 0 writes.
+            Horovod and JAX's multi-process runtime only rank 0 writes.
     """
 
     def __init__(self, display=1, average_loss=1, stream=None):
@@ -65,7 +65,7 @@ class CaffeLogger(keras.callbacks.Callback):
         self.log = CaffeLog(stream)
 
     def on_train_begin(self, logs=None):
-        self.log.enabled = is_chief()  # rank 0 logs under Horovod
+        self.log.enabled = is_chief()  # rank 0 logs under Horovod and JAX multi-process
         self._losses, self._batch_losses = [], BatchLosses()
         self._last_iteration = self._iteration()
         self._smoothed = SmoothedLoss(self.average_loss, self._last_iteration)

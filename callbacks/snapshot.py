@@ -41,8 +41,9 @@ class CaffeSnapshot(keras.callbacks.Callback):
             last iteration was just written (Caffe's ``snapshot_after_train``).
 
     ``should_write()`` decides whether this process writes files: rank 0
-    only under Horovod (``keras_caffe.distributed.is_chief``; every process
-    on JAX and PyTorch, where Horovod does not run).
+    only under Horovod (``keras_caffe.distributed.is_chief``) and under JAX's
+    multi-process runtime (``jax.process_index() == 0``); every process
+    otherwise. Every process can resume from rank 0's files.
     ``written`` lists the ``SnapshotFiles`` written and still kept.
     """
 
@@ -71,7 +72,7 @@ class CaffeSnapshot(keras.callbacks.Callback):
         self._last = None
 
     def should_write(self):
-        """Whether this process writes snapshots (rank 0 under Horovod)."""
+        """Whether this process writes snapshots (rank 0 of several)."""
         return is_chief()
 
     def on_train_begin(self, logs=None):
@@ -102,8 +103,9 @@ class CaffeSnapshot(keras.callbacks.Callback):
         if rng:  # Dropout & co.: resume draws the masks the uninterrupted run draws
             state = dict(state or {})
             state.setdefault("rng", rng)
-        files = save_snapshot(self.model, self.model.optimizer, self.prefix, iteration,
-                              format=self.format, state=state)
+        with _without_distribution():
+            files = save_snapshot(self.model, self.model.optimizer, self.prefix, iteration,
+                                  format=self.format, state=state)
         self.written = [f for f in self.written if f.solverstate != files.solverstate]
         self.written.append(files)
         if self.keep is not None:
@@ -118,6 +120,22 @@ class CaffeSnapshot(keras.callbacks.Callback):
     def restore(model, solverstate_path):
         """``restore_snapshot``: resume ``model`` (compiled) from a snapshot."""
         return restore_snapshot(model, solverstate_path)
+
+
+@contextlib.contextmanager
+def _without_distribution():
+    """No Keras distribution while the chief alone saves: Keras's saving makes
+    reference objects (an Optimizer, a Layer) whose variables, under a
+    distribution over several JAX processes, would be global arrays, and JAX
+    checks a global array's value with a collective every process must join
+    (the chief alone would fail or wait). Reading the model's replicated
+    arrays needs no other process."""
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(distribution)
 
 
 def _delete(files):

@@ -99,3 +99,15 @@ def require_tensorflow_backend(feature):
             f"run with KERAS_BACKEND=tensorflow (TensorFlow >= 2.16: {INSTALL}); "
             f"on {name} keras-caffe offers the solvers, schedules, importer, snapshots "
             f"and callbacks (docs/backends.md)")
+
+
+def require_jax_backend(feature):
+    """Raise ``BackendRequirementError`` unless the backend is JAX: ``feature``
+    (e.g. ``"keras_caffe.data_parallel"``) is built on JAX's runtime."""
+    name = backend_name()
+    if name != "jax":
+        raise BackendRequirementError(
+            f"{feature} needs Keras's JAX backend and the backend is {name!r}: run with "
+            f"KERAS_BACKEND=jax (pip install 'keras-caffe[jax]'); on tensorflow, "
+            f"keras_caffe.distributed trains on several devices and workers "
+            f"(Horovod, MirroredStrategy; docs/distributed.md)")
