@@ -232,7 +232,9 @@ BACKEND_CI_FILES = tests/optimizers/test_golden_solvers.py tests/optimizers/test
 	tests/importers/snapshots/test_snapshot.py tests/importers/snapshots/test_snapshot_backends.py \
 	tests/test_saved_models.py tests/callbacks/test_callbacks_backends.py tests/test_backends.py \
 	tests/importers/net/test_backend_support.py tests/cli/test_cli_backends.py tests/test_devices.py \
-	tests/examples/test_example_any_backend.py tests/test_install_without_tensorflow.py
+	tests/examples/test_example_any_backend.py tests/test_install_without_tensorflow.py \
+	tests/distributed/test_jax_data_parallel.py tests/distributed/test_jax_local_sums.py \
+	tests/distributed/test_jax_multiprocess.py tests/benchmarks/test_jax_data_parallel_benchmark.py
 ifeq ($(BACKEND_SET),ci)
 BACKEND_ARGS = $(BACKEND_CI_FILES)
 endif

@@ -18,7 +18,9 @@
   ``horovodrun -np N -H localhost:N --gloo`` (Horovod as above);
   ``<!-- tensorflow only -->``: it uses a TensorFlow-only feature
   (``Solver``/``get_solver``, the data layers as ``tf.data``, LMS,
-  MirroredStrategy) and runs as written on TensorFlow.
+  MirroredStrategy) and runs as written on TensorFlow;
+  ``<!-- jax only -->``: it uses a JAX-only feature
+  (``keras_caffe.data_parallel``) and runs as written on JAX.
   A marker without a reason, misspelt, or not right before a ```python
   fence fails, and so does a block that imports TensorFlow without one.
 - On JAX and PyTorch (``KERAS_BACKEND``, no TensorFlow installed) every
@@ -26,7 +28,9 @@
   Horovod`` or ``horovodrun``: those run in one process and must stop with
   the one line that says TensorFlow is needed (keras-caffe's
   ``TensorFlowRequirementError``, or Python's for an ``import tensorflow``),
-  so a marker cannot hide a block that runs on every backend.
+  so a marker cannot hide a block that runs on every backend. Likewise a
+  ``jax only`` block on TensorFlow and PyTorch stops with the one line
+  saying JAX is needed (``BackendRequirementError``).
 - Every ``keras-caffe <subcommand> --flag`` the documents show (in code
   blocks, and in inline code with a flag or alone) must be a subcommand and
   a flag of the installed CLI's parser (``keras-caffe <sub> --help``, run in
@@ -47,8 +51,8 @@ from pathlib import Path
 
 import keras
 import pytest
-from keras_caffe.backends import require_tensorflow_backend
-from keras_caffe.errors import TensorFlowRequirementError
+from keras_caffe.backends import require_jax_backend, require_tensorflow_backend
+from keras_caffe.errors import BackendRequirementError, TensorFlowRequirementError
 
 from support.cli_runner import run_cli
 from support.horovod_jobs import horovodrun, require_horovod
@@ -68,6 +72,7 @@ NOT_RUN = re.compile(r"\s*not run:\s*(\S.*?)\s*", re.DOTALL)
 NEEDS_HOROVOD = re.compile(r"\s*needs Horovod\s*")
 HOROVODRUN = re.compile(r"\s*horovodrun -np ([1-9][0-9]*)\s*")
 TENSORFLOW_ONLY = re.compile(r"\s*tensorflow only\s*")
+JAX_ONLY = re.compile(r"\s*jax only\s*")
 #: The kinds of block that need TensorFlow: elsewhere they must say so, in one line.
 NEEDS_TENSORFLOW = ("tensorflow only", "horovod", "horovodrun")
 #: The Keras backend of this run (KERAS_BACKEND; make test-backends sets it).
@@ -100,12 +105,14 @@ def python_blocks(documents=None):
 
 
 def _kind(marker):
-    """'run', 'tensorflow only', 'horovod', 'horovodrun' or 'not run' for a
-    block's marker; ValueError for any other."""
+    """'run', 'tensorflow only', 'jax only', 'horovod', 'horovodrun' or 'not
+    run' for a block's marker; ValueError for any other."""
     if marker is None:
         return "run"
     if TENSORFLOW_ONLY.fullmatch(marker):
         return "tensorflow only"
+    if JAX_ONLY.fullmatch(marker):
+        return "jax only"
     if NEEDS_HOROVOD.fullmatch(marker):
         return "horovod"
     if HOROVODRUN.fullmatch(marker):
@@ -113,7 +120,7 @@ def _kind(marker):
     if NOT_RUN.fullmatch(marker):
         return "not run"
     raise ValueError(f"unknown marker <!--{marker}-->: write <!-- not run: REASON -->, "
-                     "<!-- tensorflow only -->, <!-- needs Horovod --> or "
+                     "<!-- tensorflow only -->, <!-- jax only -->, <!-- needs Horovod --> or "
                      "<!-- horovodrun -np N -->")
 
 
@@ -197,7 +204,7 @@ def test_every_marker_is_well_formed_and_stands_before_a_python_block():
     for name, text in DOCUMENTS.items():
         fences = {m.start(): m.group(1) for m in FENCE.finditer(text)}
         for m in re.finditer(r"<!--(.*?)-->", text, re.DOTALL):
-            if not re.match(r"\s*(not run|needs|horovodrun|tensorflow)\b", m.group(1),
+            if not re.match(r"\s*(not run|needs|horovodrun|tensorflow|jax)\b", m.group(1),
                             re.IGNORECASE):
                 continue
             line = f"{name}:{text.count(NEWLINE, 0, m.start()) + 1}"
@@ -219,12 +226,14 @@ def test_the_marker_rules_catch_a_bad_marker():
     text = ("<!-- not run: needs a GPU -->\n```python\nx = 1\n```\n"
             "<!-- needs Horovod -->\n```python\ny = 2\n```\n"
             "```python\nz = 3\n```\n<!-- horovodrun -np 2 -->\n```python\nw = 4\n```\n"
-            "<!-- tensorflow only -->\n```python\nv = 5\n```\n")
+            "<!-- tensorflow only -->\n```python\nv = 5\n```\n"
+            "<!-- jax only -->\n```python\nu = 6\n```\n")
     blocks = python_blocks({"t.md": text})
     assert [(line, _kind(marker)) for _, line, _, marker in blocks] == [
-        (3, "not run"), (7, "horovod"), (10, "run"), (14, "horovodrun"), (18, "tensorflow only")]
+        (3, "not run"), (7, "horovod"), (10, "run"), (14, "horovodrun"), (18, "tensorflow only"),
+        (22, "jax only")]
     for bad in (" not run: ", " skip ", " horovodrun -np two ", " tensorflow-only ",
-                " TensorFlow only "):
+                " TensorFlow only ", " jax-only "):
         with pytest.raises(ValueError, match="unknown marker"):
             _kind(bad)
     assert _marker("<!-- not run: x -->\n\n```python\n", len("<!-- not run: x -->\n\n")) is None
@@ -288,6 +297,24 @@ def _says_tensorflow_is_needed(stderr):
                                           lines[-1] == _tensorflow_refusal(found[1]))
 
 
+#: The last line of a JAX-only block on TensorFlow or PyTorch.
+JAX_REFUSED = re.compile(r"keras_caffe\.errors\.BackendRequirementError: (.+?) needs Keras's "
+                         r"JAX backend and the backend is .*")
+
+
+def _says_jax_is_needed(stderr):
+    """Whether ``stderr`` ends with ``require_jax_backend``'s one line, word for word."""
+    lines = stderr.rstrip().splitlines()
+    found = JAX_REFUSED.fullmatch(lines[-1]) if lines else None
+    if found is None:
+        return False
+    try:
+        require_jax_backend(found[1])
+    except BackendRequirementError as error:
+        return lines[-1] == f"keras_caffe.errors.BackendRequirementError: {error}"
+    return False
+
+
 def test_the_refusal_check_wants_the_whole_line(monkeypatch):
     """What a TensorFlow-needing block must end with off TensorFlow: Python's
     line for ``import tensorflow``, or keras-caffe's line word for word (a
@@ -329,6 +356,11 @@ def test_python_block_runs(block, readme_folder):
         proc, _ = _run_block(code, readme_folder)
         assert proc.returncode == 1, f"{name}:{line} ran on {BACKEND}: drop its marker"
         assert _says_tensorflow_is_needed(proc.stderr), f"{name}:{line}:\n{proc.stderr[-3000:]}"
+        return
+    if kind == "jax only" and BACKEND != "jax":
+        proc, _ = _run_block(code, readme_folder)
+        assert proc.returncode == 1, f"{name}:{line} ran on {BACKEND}: drop its marker"
+        assert _says_jax_is_needed(proc.stderr), f"{name}:{line}:\n{proc.stderr[-3000:]}"
         return
     if kind in ("horovod", "horovodrun"):
         require_horovod()  # skips, saying so, without Horovod (fails if it is expected)

@@ -17,4 +17,11 @@ from keras_caffe.data_parallel.processes import (  # noqa: E402
     process_share,
 )
 
-__all__ = ["initialize", "process_share", "data_parallel"]
+from keras_caffe.data_parallel.local_sums import (  # noqa: E402
+    LocalSums,
+    local_sums_step,
+    with_local_sums,
+)
+
+__all__ = ["initialize", "process_share", "data_parallel", "LocalSums", "with_local_sums",
+           "local_sums_step"]

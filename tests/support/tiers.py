@@ -81,6 +81,10 @@ NOT_QUICK = {
     "tests/distributed/test_signals_distributed.py": "horovodrun and signals",
     "tests/distributed/test_solver_distributed.py": "horovodrun",
     "tests/benchmarks/test_benchmark_scripts.py": "runs benchmark scripts as processes",
+    "tests/benchmarks/test_jax_data_parallel_benchmark.py": "benchmark workers, horovodrun",
+    "tests/distributed/test_jax_data_parallel.py": "a JAX process per device count",
+    "tests/distributed/test_jax_local_sums.py": "a JAX process per device count",
+    "tests/distributed/test_jax_multiprocess.py": "two JAX processes, one killed",
     "tests/test_cpu_memory_pool.py": "processes under memory limits",
     "tests/examples/test_example_elastic.py": "runs an example under horovodrun",
     "tests/examples/test_example_horovod.py": "runs an example under horovodrun",
@@ -135,7 +139,10 @@ BACKENDS = {
     "tests/optimizers/test_solver_files.py": "solver files to optimizers",
     "tests/test_schedules.py": "Caffe's lr policies against Caffe's formulas",
     "tests/benchmarks/test_backend_optimizers.py": "the solver benchmark's smoke run",
+    "tests/benchmarks/test_jax_data_parallel_benchmark.py":
+        "the DataParallel benchmark: its JAX processes' smoke run, its schedule and arithmetic",
     "tests/test_devices.py": "device and memory queries of each backend, unknown GPU memory",
+    "tests/importers/net/test_flownet2.py": "a FlowNet 2.0 net of the fork's layers, forward",
     "tests/importers/net/test_backend_support.py":
         "import, export and analyze without TensorFlow; the tf.data data layers' stand-ins",
     "tests/cli/test_cli_backends.py":
@@ -163,6 +170,11 @@ BACKENDS = {
     "tests/optimizers/test_yellowfin_repr.py": "YellowFin's repr, tuned values read from its state",
     "tests/optimizers/test_yellowfin_no_tuning.py":
         "the no-tuning experiment's pipeline at a tiny size, its rules (PyTorch: the LSTM task)",
+    "tests/distributed/test_jax_data_parallel.py":
+        "the solvers and YellowFin under DataParallel on N virtual devices against one; "
+        "its snapshots resumed on N devices and on one",
+    "tests/distributed/test_jax_local_sums.py":
+        "iter_size summed per device, one all-reduce per update under DataParallel (JAX)",
     "tests/optimizers/test_frozen_params.py":
         "lr_mult 0 as Caffe's frozen parameter, against the float64 port of Caffe's update",
     "tests/importers/snapshots/test_snapshot.py":
@@ -174,6 +186,9 @@ BACKENDS = {
     "tests/callbacks/test_caffe_logger.py": "CaffeLogger's lines from fit",
     "tests/callbacks/test_callbacks_backends.py":
         "the callbacks without TensorFlow; Horovod's refused in one line",
+    "tests/distributed/test_jax_multiprocess.py":
+        "two JAX processes (jax.distributed, Gloo) training as one; rank 0's snapshots; a kill; "
+        "keras_caffe.data_parallel's argument checks, and its refusal off JAX",
     # Layer types and the nets' numbers: every non-data layer type's tests.
     "tests/importers/net/test_golden_forward.py":
         "BVLC Caffe's recorded outputs of the golden nets, same tolerances",
