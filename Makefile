@@ -222,7 +222,9 @@ torch-deps: $(TORCH_VENV)/.deps
 # BACKEND_SET=ci (.ci/run): of the BACKENDS files, the golden tests (BVLC
 # Caffe's solver trajectories, Caffe's own solver test, the lr policies, the
 # golden forward nets LeNet to GoogLeNet, Caffe's snapshots, files saved on
-# each backend) and the checks of the backend machinery itself, to keep CI in
+# each backend), the checks of the backend machinery itself, and JAX's data
+# parallelism (N virtual devices, two processes, local sums; they skip on
+# PyTorch but for the refusal and the benchmark's arithmetic), to keep CI in
 # its budget (all of BACKENDS took 24+ minutes on JAX on a shared 2-core
 # machine). Empty: all of BACKENDS (make test-backends). tests/test_tiers.py
 # checks that each file here is in BACKENDS.

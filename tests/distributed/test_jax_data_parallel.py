@@ -26,28 +26,17 @@ device resumes on N likewise.
 """
 
 import json
-import os
-import subprocess
-import sys
 
-import keras
 import numpy as np
 import pytest
 
 from support import REPO
+from support.virtual_devices import (CASES, DEVICES, JAX_ONLY, RTOL, check_like_one_device,
+                                     finish, parts, start)
 
-pytestmark = pytest.mark.skipif(
-    keras.backend.backend() != "jax",
-    reason="keras.distribution.DataParallel over virtual CPU devices: JAX backend only")
+pytestmark = JAX_ONLY
 
 CASE_SCRIPT = REPO / "tests" / "support" / "jax_data_parallel_case.py"
-CASES = ["sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam", "yellowfin"]
-DEVICES = [2, 4]
-# rtol 1e-5 per element; an element that passes near 0 (AdaGrad's first
-# steps are +-lr) needs an atol: beyond rtol's share, at most 2.3e-8 was
-# measured on the weights, 1.8e-10 on the optimizer's slots (sums of squares,
-# accumulators just reset).
-RTOL, WEIGHT_ATOL, STATE_ATOL = 1e-5, 1e-7, 1e-9
 # The fused all-reduce's operands: the loss, then conv1's kernel and bias,
 # ip1's kernel, ip2's kernel and bias; not ip1's bias (lr_mult 0: its
 # gradient is taken as 0, so nothing is reduced for it).
@@ -60,39 +49,10 @@ def run_case_script(devices, tmp_path_factory):
     """The case script's results for ``devices`` devices, run once per count."""
     if devices not in _runs:
         out = tmp_path_factory.mktemp(f"data_parallel_{devices}")
-        env = dict(os.environ, KERAS_BACKEND="jax",
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-        done = subprocess.run([sys.executable, str(CASE_SCRIPT), str(out), str(devices), *CASES],
-                              cwd=out, env=env, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.fail(f"case script failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        finish(start(CASE_SCRIPT, out, devices, devices, *CASES), "case script")
         with open(out / "result.json") as f:
             _runs[devices] = json.load(f), np.load(out / "arrays.npz")
     return _runs[devices]
-
-
-def parts(arrays, case, way, part):
-    prefix = f"{case}/{way}/{part}/"
-    keys = sorted((k for k in arrays.files if k.startswith(prefix)),
-                  key=lambda k: int(k.rsplit("/", 1)[1]))
-    return [arrays[k] for k in keys]
-
-
-def check_like_one_device(result, arrays, case, way):
-    assert result["devices"] >= 2
-    one, many = parts(arrays, case, way, "one_w"), parts(arrays, case, way, "many_w")
-    assert len(one) == len(many) == 6
-    for a, b, path in zip(many, one, result["cases"][case]["variables"]):
-        np.testing.assert_allclose(a, b, rtol=RTOL, atol=WEIGHT_ATOL, err_msg=path)
-    one_o, many_o = parts(arrays, case, way, "one_o"), parts(arrays, case, way, "many_o")
-    assert len(one_o) == len(many_o) > 0
-    for a, b in zip(many_o, one_o):
-        if b.dtype.kind in "iu":  # iterations, iter_size's micro-step counter
-            np.testing.assert_array_equal(a, b)
-        else:
-            np.testing.assert_allclose(a, b, rtol=RTOL, atol=STATE_ATOL)
-    # ip1's bias (lr_mult 0) never moves from its zeros
-    assert result["cases"][case][way]["frozen_bias_max"] == 0.0
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -172,14 +132,7 @@ RESUME_WEIGHT_ATOL, RESUME_STATE_ATOL = 1e-7, 2e-8
 
 
 def _resume_script(out, devices, mode, *folders):
-    env = dict(os.environ, KERAS_BACKEND="jax",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    done = subprocess.run([sys.executable, str(RESUME_SCRIPT), str(out), mode,
-                           *map(str, folders)], cwd=out, env=env, capture_output=True,
-                          text=True, timeout=600)
-    if done.returncode != 0:
-        pytest.fail(f"resume script ({mode}) failed ({done.returncode}):\n{done.stdout}\n"
-                    f"{done.stderr}")
+    finish(start(RESUME_SCRIPT, out, devices, mode, *folders), f"resume script ({mode})")
     with open(out / "result.json") as f:
         return json.load(f), np.load(out / "arrays.npz")
 

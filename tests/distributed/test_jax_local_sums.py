@@ -15,26 +15,18 @@ statistics. Not bit for bit: the devices' partial sums add in another order.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
 from support import REPO
+from support.virtual_devices import (CASES, DEVICES, JAX_ONLY, RTOL, WEIGHT_ATOL,
+                                     check_like_one_device, finish, start)
 
-pytestmark = pytest.mark.skipif(
-    keras.backend.backend() != "jax",
-    reason="keras.distribution.DataParallel over virtual CPU devices: JAX backend only")
+pytestmark = JAX_ONLY
 
 CASE_SCRIPT = REPO / "tests" / "support" / "jax_local_sums_case.py"
-CASES = ["sgd", "nesterov", "adagrad", "rmsprop", "adadelta", "adam", "yellowfin"]
-DEVICES = [2, 4]
-# As tests/distributed/test_jax_data_parallel.py: rtol 1e-5 per element, an
-# atol for the elements near 0 (AdaGrad's first steps are +-lr).
-RTOL, WEIGHT_ATOL, STATE_ATOL = 1e-5, 1e-7, 1e-9
 # The one all-reduce per update: conv1's kernel and bias, ip1's kernel, ip2's
 # kernel and bias; not ip1's bias (lr_mult 0: no gradient is summed for it).
 REDUCED = sorted([3 * 3 * 2 * 3, 3, 48 * 5, 5 * 3, 3])
@@ -48,16 +40,9 @@ def run_case_scripts(tmp_path_factory):
         started = {}
         for devices in DEVICES:
             out = tmp_path_factory.mktemp(f"local_sums_{devices}")
-            env = dict(os.environ, KERAS_BACKEND="jax",
-                       XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-            started[devices] = out, subprocess.Popen(
-                [sys.executable, str(CASE_SCRIPT), str(out), str(devices), *CASES], cwd=out,
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            started[devices] = out, start(CASE_SCRIPT, out, devices, devices, *CASES)
         for devices, (out, process) in started.items():
-            stdout, stderr = process.communicate(timeout=600)
-            if process.returncode != 0:
-                pytest.fail(f"case script ({devices} devices) failed ({process.returncode}):\n"
-                            f"{stdout}\n{stderr}")
+            finish(process, f"case script ({devices} devices)")
             with open(out / "result.json") as f:
                 _runs[devices] = json.load(f), np.load(out / "arrays.npz")
     return _runs
@@ -65,29 +50,6 @@ def run_case_scripts(tmp_path_factory):
 
 def results(devices, tmp_path_factory):
     return run_case_scripts(tmp_path_factory)[devices]
-
-
-def parts(arrays, case, way, part):
-    prefix = f"{case}/{way}/{part}/"
-    keys = sorted((k for k in arrays.files if k.startswith(prefix)),
-                  key=lambda k: int(k.rsplit("/", 1)[1]))
-    return [arrays[k] for k in keys]
-
-
-def check_like_one_device(result, arrays, case, way):
-    one, many = parts(arrays, case, way, "one_w"), parts(arrays, case, way, "many_w")
-    assert len(one) == len(many) == 6
-    for a, b, path in zip(many, one, result["cases"][case]["variables"]):
-        np.testing.assert_allclose(a, b, rtol=RTOL, atol=WEIGHT_ATOL, err_msg=path)
-    one_o, many_o = parts(arrays, case, way, "one_o"), parts(arrays, case, way, "many_o")
-    assert len(one_o) == len(many_o) > 0
-    for a, b in zip(many_o, one_o):
-        if b.dtype.kind in "iu":  # iterations, iter_size's micro-steps, YellowFin's skips
-            np.testing.assert_array_equal(a, b)
-        else:
-            np.testing.assert_allclose(a, b, rtol=RTOL, atol=STATE_ATOL)
-    # ip1's bias (lr_mult 0) never moves from its zeros
-    assert result["cases"][case][way]["frozen_bias_max"] == 0.0
 
 
 @pytest.mark.parametrize("case", CASES)
