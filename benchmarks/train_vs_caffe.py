@@ -2,8 +2,9 @@
 
     python benchmarks/train_vs_caffe.py [--caffe PATH] [--rounds 2] [--nets lenet,cifar10_quick,caffenet]
                                         [--configs caffe_1,...] [--iterations N]
-                                        [--json results.json] [--logs DIR]
-    python benchmarks/train_vs_caffe.py --from-logs DIR [--cpus N]   # the tables of a run's kept logs
+                                        [--json results.json] [--logs DIR] [--no-roofline]
+                                        [--matmul-sizes 1024,2048] [--matmul-repeats 3]
+    python benchmarks/train_vs_caffe.py --from-logs DIR   # the tables of a run's kept logs
 
 Without ``--caffe`` it builds BVLC Caffe (CPU, OpenBLAS) once with
 ``benchmarks/build_caffe.sh`` into ``~/.cache/keras-caffe/caffe-<commit>/`` and
@@ -30,20 +31,32 @@ on Eigen's kernels before those;
 ``display`` iterations since the previous display line; both are read the same
 way: the rate lines from iteration ``2 * display`` on (start-up, tracing and
 the first display window excluded), milliseconds per iteration = 1000 / rate.
-A cell of the table is the median over all those windows of all rounds, with
-the range of the rounds' medians. The machine is shared and noisy: the load
-average is printed before and after. ``--json`` is rewritten after every
+A cell of the table is the median of one round's windows: a row per net per
+round. The ratios are taken within a round (Caffe's better thread count in
+that round over keras-caffe's time) and summed up as the median of the
+per-round ratios, never as a ratio of windows pooled across rounds (pooling
+can give a ratio above every round's own). The machine is shared and noisy:
+the load average is printed before and after. ``--json`` is rewritten after every
 process (``"complete": false`` until the table is in), so an interrupted run
 keeps what it measured.
 
 Each process's CPU time (user + system, all its threads, from
 ``/proc/PID/stat``) is read as each display line arrives, and written into
 its log as a line ``train_vs_caffe cpu: iteration N cpu_s S``. Over the same
-steady windows that gives the core-milliseconds per iteration, and divided
-by the wall time, how many cores each program kept busy: the second table.
-On a machine with ``c`` cores, a program is at most ``c x`` Caffe's
-single-threaded speed unless it does less work per iteration than Caffe's
-one core does, so this table says why a ratio stops where it does.
+steady windows that gives the CPU milliseconds per iteration: the first
+table's CPU ratio (Caffe's 1-thread CPU ms over keras-caffe's, beside the
+wall ratio: less work per iteration, whatever the threads), and the second
+table (CPU ms, and over the wall ms how many cores each program kept busy).
+
+The roofline table (``--no-roofline`` skips it): each net's FLOPs per
+training iteration from ``keras-caffe analyze --phase TRAIN --json`` at the
+net's batch (forward 2 x multiply-adds, backward twice the forward: 3 x 2 x
+MACs) over each column's step time gives GFLOP/s, and that over the column's
+float32 matrix-product ceiling (``benchmarks/matmul_rate.py``'s worker, in
+the same run before the training processes: OpenBLAS with Caffe's thread
+count for Caffe, TensorFlow with oneDNN on or off for keras-caffe) gives the
+percentage. ``--logs`` keeps these numbers in ``roofline.json`` for
+``--from-logs``.
 """
 
 import argparse
@@ -57,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,13 +88,14 @@ class Net:
     home: str  #: "golden" (golden/timing) or "data" (benchmarks/data)
     iterations: int
     display: int
+    batch: int  #: the DummyData batch, for ``keras-caffe analyze``
 
 
 NETS = {
-    "lenet": Net("LeNet, batch 64", "lenet_dummy_solver.prototxt", "golden", 300, 50),
+    "lenet": Net("LeNet, batch 64", "lenet_dummy_solver.prototxt", "golden", 300, 50, 64),
     "cifar10_quick": Net("CIFAR-10 quick, batch 100", "cifar10_quick_dummy_solver.prototxt",
-                         "golden", 300, 50),
-    "caffenet": Net("CaffeNet, batch 16", "caffenet_dummy_solver.prototxt", "data", 30, 6),
+                         "golden", 300, 50, 100),
+    "caffenet": Net("CaffeNet, batch 16", "caffenet_dummy_solver.prototxt", "data", 30, 6, 16),
 }
 
 #: column key -> (engine, environment variables, heading)
@@ -99,6 +114,15 @@ CPU_LINE = re.compile(r"^train_vs_caffe cpu: iteration (\d+) cpu_s ([-+.\deE]+)$
 
 #: The columns whose speed over Caffe's best thread count the table gives.
 RATIOS = {"keras_caffe_onednn": "oneDNN / Caffe", "keras_caffe_eigen": "no oneDNN / Caffe"}
+
+#: column key -> the benchmarks/matmul_rate.py engine whose float32 product rate is its ceiling
+#: (numpy's OpenBLAS stands for the one Caffe links: the same library, maybe not the same build).
+CEILING_ENGINE = {"caffe_1": "openblas_1", "caffe_2": "openblas_2",
+                  "keras_caffe_onednn": "tf_onednn", "keras_caffe_eigen": "tf_eigen",
+                  "keras_caffe_eigen_untuned": "tf_eigen"}
+
+#: What a run keeps beside its logs (``--logs``) for ``--from-logs``'s roofline table.
+ROOFLINE_FILE = "roofline.json"
 
 
 # -- log parsing (tests/benchmarks/test_benchmark_scripts.py) ----------------------------
@@ -200,6 +224,13 @@ def caffe_binary(args):
     return out.stdout.strip().splitlines()[-1]
 
 
+def net_file(net, golden):
+    """The net prototxt ``net``'s solver names (its ``net:`` line), as an absolute path."""
+    home = golden / "timing" if net.home == "golden" else DATA
+    found = re.search(r'^net: "(.+)"', (home / net.solver).read_text(), re.M)
+    return (home / found.group(1)).resolve()
+
+
 def write_solver(net, golden, workdir, iterations, display):
     """A copy of ``net``'s solver in ``workdir`` with the net's absolute path,
     ``max_iter`` and ``display`` set; returns its path."""
@@ -243,6 +274,45 @@ def run_one(engine, env_vars, solver, caffe, python, workdir):
         sys.exit(f"train_vs_caffe: {engine} train -solver {solver} exited with "
                  f"{returncode}:\n{tail}")
     return text, wall
+
+
+# -- the roofline: FLOPs per iteration and the matrix-product ceiling ---------------------
+
+
+def flops_per_iteration(net, golden, python):
+    """Forward + backward FLOPs of one training iteration of ``net``, from
+    ``keras-caffe analyze --phase TRAIN --json`` at the net's batch (2 FLOPs
+    per multiply-add forward, twice the forward backward: 3 x 2 x MACs)."""
+    command = [python, "-m", "keras_caffe", "analyze", str(net_file(net, golden)), "--phase",
+               "TRAIN", "--batch", str(net.batch), "--json"]
+    out = subprocess.run(command, capture_output=True, text=True,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    if out.returncode != 0:
+        sys.exit(f"train_vs_caffe: {' '.join(command)} exited with {out.returncode}:\n"
+                 f"{out.stderr[-2000:]}")
+    return json.loads(out.stdout)["total"]["flops"]
+
+
+def matmul_ceilings(configs, python, sizes, repeats):
+    """``{config: GFLOP/s}``: the best float32 ``n x n`` product rate over
+    ``sizes`` of each column's engine (``CEILING_ENGINE``), each engine timed
+    once by benchmarks/matmul_rate.py's worker in a process with its variables."""
+    spec = spec_from_file_location("matmul_rate", Path(__file__).with_name("matmul_rate.py"))
+    matmul_rate = module_from_spec(spec)
+    spec.loader.exec_module(matmul_rate)
+    rates = {}
+    for engine_key in dict.fromkeys(CEILING_ENGINE[key] for key in configs):
+        engine, variables, _ = matmul_rate.ENGINES[engine_key]
+        out = subprocess.run([python, matmul_rate.__file__, "--worker", engine, "--sizes",
+                              ",".join(map(str, sizes)), "--repeats", str(repeats)],
+                             capture_output=True, text=True,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **variables))
+        if out.returncode != 0:
+            sys.exit(f"train_vs_caffe: matmul_rate.py --worker {engine} exited with "
+                     f"{out.returncode}:\n{out.stderr[-2000:]}")
+        rates[engine_key] = max(json.loads(out.stdout.strip().splitlines()[-1]).values())
+        print(f"  ceiling {engine_key:12s} {rates[engine_key]:9.1f} GFLOP/s", flush=True)
+    return {key: rates[CEILING_ENGINE[key]] for key in configs}
 
 
 def save_log(logs, name, text):
@@ -299,87 +369,148 @@ def results_from_logs(logs):
             if {"caffe_1", "caffe_2"} <= set(by_config) and set(by_config) & set(RATIOS)}
 
 
-# -- the table --------------------------------------------------------------------------------
+# -- the tables: per round, never pooled across rounds -------------------------------------
 
 
-def summary(runs):
-    """(median ms over all windows, min and max of the rounds' medians)."""
-    every = [ms for run in runs for ms in run["ms"]]
-    per_round = [statistics.median(run["ms"]) for run in runs]
-    return statistics.median(every), min(per_round), max(per_round)
+def round_cells(by_config):
+    """``{round: {config: run}}`` from ``{config: [run, ...]}``."""
+    out = {}
+    for key, runs in by_config.items():
+        for run in runs:
+            out.setdefault(run["round"], {})[key] = run
+    return dict(sorted(out.items()))
 
 
-def rows(results, cpus=None):
-    """One row per net: each column's summary, and the speed of keras-caffe with
-    oneDNN on and off over Caffe's best thread count (``speed_vs_caffe_best``,
-    by column; the Caffe columns must be there).
+def gflops_per_s(flops, ms):
+    """GFLOP/s of ``flops`` operations done in ``ms`` milliseconds."""
+    return flops / (ms / 1e3) / 1e9
 
-    Where the runs have CPU marks: each column's median CPU milliseconds per
-    iteration (``cpu_ms_per_iter``), that over its median wall milliseconds
-    (``cores_busy``), and, given the machine's ``cpus``, the speed over
-    Caffe's best that keras-caffe's CPU time would give spread perfectly over
-    all of them (``speed_if_all_cores_busy``: Caffe's ms x cpus / the CPU ms)."""
+
+def rows(results, roofline=None):
+    """One row per net per round, from that round's windows only (a ratio is
+    never taken of windows pooled across rounds):
+
+    - ``ms_per_iter``: each column's median wall milliseconds per iteration;
+    - ``wall_ratio``: Caffe's better thread count's ms in that round over each
+      keras-caffe column's (the Caffe columns must be there);
+    - where the logs have CPU marks, ``cpu_ms_per_iter`` (median CPU ms per
+      iteration, all threads), ``cores_busy`` (that over the wall ms) and
+      ``cpu_ratio``: Caffe's 1-thread CPU ms over each keras-caffe column's;
+    - given ``roofline`` (``{"flops_per_iter": {net: FLOPs}, "ceiling_gflops":
+      {config: GFLOP/s}}``), ``gflops`` (the net's FLOPs per iteration over
+      each column's ms) and ``percent_of_ceiling`` (that over the column's
+      matrix-product ceiling)."""
+    roofline = roofline or {}
+    flops = roofline.get("flops_per_iter", {})
+    ceilings = roofline.get("ceiling_gflops", {})
     out = []
     for name, by_config in results.items():
-        cells = {key: summary(runs) for key, runs in by_config.items()}
-        caffe_best = min(cells["caffe_1"][0], cells["caffe_2"][0])
-        cpu = {key: statistics.median(every) for key, runs in by_config.items()
-               if (every := [ms for run in runs for ms in run.get("cpu_ms") or []])}
-        row = {"net": name, "label": NETS[name].label,
-               "ms_per_iter": {key: cell[0] for key, cell in cells.items()},
-               "round_range": {key: [cell[1], cell[2]] for key, cell in cells.items()},
-               "speed_vs_caffe_best": {key: caffe_best / cells[key][0]
-                                       for key in RATIOS if key in cells}}
-        if cpu:
-            row["cpu_ms_per_iter"] = cpu
-            row["cores_busy"] = {key: ms / cells[key][0] for key, ms in cpu.items()}
-            if cpus:
-                row["speed_if_all_cores_busy"] = {key: caffe_best * cpus / cpu[key]
-                                                  for key in RATIOS if key in cpu}
-        out.append(row)
+        for round_, runs in round_cells(by_config).items():
+            ms = {key: statistics.median(run["ms"]) for key, run in runs.items()}
+            row = {"net": name, "label": NETS[name].label, "round": round_, "ms_per_iter": ms}
+            if {"caffe_1", "caffe_2"} <= set(ms):
+                best = min(ms["caffe_1"], ms["caffe_2"])
+                row["wall_ratio"] = {key: best / ms[key] for key in RATIOS if key in ms}
+            cpu = {key: statistics.median(run["cpu_ms"]) for key, run in runs.items()
+                   if run.get("cpu_ms")}
+            if cpu:
+                row["cpu_ms_per_iter"] = cpu
+                row["cores_busy"] = {key: value / ms[key] for key, value in cpu.items()}
+                if "caffe_1" in cpu:
+                    row["cpu_ratio"] = {key: cpu["caffe_1"] / cpu[key]
+                                        for key in RATIOS if key in cpu}
+            if name in flops:
+                row["gflops"] = {key: gflops_per_s(flops[name], value)
+                                 for key, value in ms.items()}
+                row["percent_of_ceiling"] = {key: 100 * rate / ceilings[key]
+                                             for key, rate in row["gflops"].items()
+                                             if ceilings.get(key)}
+            out.append(row)
     return out
 
 
-def print_table(table):
+def medians(table):
+    """One row per net: the median over its rounds of each per-round ratio
+    (``wall_ratio``, ``cpu_ratio``), with the number of rounds it had."""
+    out = []
+    for name in dict.fromkeys(row["net"] for row in table):
+        mine = [row for row in table if row["net"] == name]
+        summary = {"net": name, "label": mine[0]["label"], "rounds": len(mine)}
+        for field in ("wall_ratio", "cpu_ratio"):
+            values = {key: [row[field][key] for row in mine if key in row.get(field, {})]
+                      for key in RATIOS}
+            found = {key: statistics.median(v) for key, v in values.items() if v}
+            if found:
+                summary[field] = found
+        out.append(summary)
+    return out
+
+
+def _ratio(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def print_table(table, roofline=None):
+    """The wall table (with the CPU ratio beside the wall ratio), the CPU
+    table where the logs have CPU marks, the roofline table given the
+    FLOPs and ceilings (``roofline``, as ``rows`` takes it)."""
     columns = [key for key in CONFIGS if any(key in row["ms_per_iter"] for row in table)]
-    ratios = [key for key in RATIOS if any(key in row["speed_vs_caffe_best"] for row in table)]
-    headings = ["net"] + [CONFIGS[key][2] for key in columns] + [RATIOS[key] for key in ratios]
+    ratios = [key for key in RATIOS if any(key in row.get("wall_ratio", {}) for row in table)]
+    cpu_ratios = [key for key in RATIOS if any(key in row.get("cpu_ratio", {}) for row in table)]
+    headings = (["net", "round"] + [CONFIGS[key][2] for key in columns]
+                + [RATIOS[key] for key in ratios] + [RATIOS[key] + ", CPU" for key in cpu_ratios])
+    summaries = {row["net"]: row for row in medians(table)}
     lines = []
-    for row in table:
-        cells = [row["label"]]
-        for key in columns:
-            if key not in row["ms_per_iter"]:
-                cells.append("-")
-                continue
-            low, high = row["round_range"][key]
-            cells.append(f"{row['ms_per_iter'][key]:.1f} ({low:.0f}-{high:.0f})")
-        for key in ratios:
-            speed = row["speed_vs_caffe_best"].get(key)
-            cells.append("-" if speed is None else f"{speed:.2f}x")
+    for index, row in enumerate(table):
+        cells = [row["label"], str(row["round"])]
+        cells += [f"{row['ms_per_iter'][key]:.1f}" if key in row["ms_per_iter"] else "-"
+                  for key in columns]
+        cells += [_ratio(row.get("wall_ratio", {}).get(key)) for key in ratios]
+        cells += [_ratio(row.get("cpu_ratio", {}).get(key)) for key in cpu_ratios]
         lines.append(cells)
-    print("ms per training iteration, median (range of the rounds' medians); lower is better;"
-          " speed: Caffe's best thread count's ms over keras-caffe's")
+        if index + 1 == len(table) or table[index + 1]["net"] != row["net"]:
+            summary = summaries[row["net"]]
+            cells = [row["label"], f"median of {summary['rounds']}"] + ["" for _ in columns]
+            cells += [_ratio(summary.get("wall_ratio", {}).get(key)) for key in ratios]
+            cells += [_ratio(summary.get("cpu_ratio", {}).get(key)) for key in cpu_ratios]
+            lines.append(cells)
+    print("ms per training iteration, median of the round's windows; lower is better. "
+          "Ratios per round: wall = Caffe's better thread count's ms / keras-caffe's; "
+          "CPU = Caffe 1 thread's CPU ms / keras-caffe's (all threads); "
+          "median of N = the median of the N per-round ratios")
     print_aligned([headings] + lines)
     with_cpu = [row for row in table if "cpu_ms_per_iter" in row]
-    if not with_cpu:
-        return
-    ceilings = [key for key in RATIOS
-                if any(key in row.get("speed_if_all_cores_busy", {}) for row in with_cpu)]
-    headings = (["net"] + [CONFIGS[key][2] for key in columns]
-                + [RATIOS[key] + ", all cores busy" for key in ceilings])
-    lines = []
-    for row in with_cpu:
-        cells = [row["label"]]
-        for key in columns:
-            ms = row["cpu_ms_per_iter"].get(key)
-            cells.append("-" if ms is None else f"{ms:.1f} ({row['cores_busy'][key]:.2f})")
-        for key in ceilings:
-            speed = row.get("speed_if_all_cores_busy", {}).get(key)
-            cells.append("-" if speed is None else f"{speed:.2f}x")
-        lines.append(cells)
-    print("CPU ms per training iteration, all threads, median (cores kept busy: CPU over wall);"
-          " all cores busy: the speed if that CPU time ran on every core at once")
-    print_aligned([headings] + lines)
+    if with_cpu:
+        headings = ["net", "round"] + [CONFIGS[key][2] for key in columns]
+        lines = [[row["label"], str(row["round"])]
+                 + [f"{row['cpu_ms_per_iter'][key]:.1f} ({row['cores_busy'][key]:.2f})"
+                    if key in row["cpu_ms_per_iter"] else "-" for key in columns]
+                 for row in with_cpu]
+        print("CPU ms per training iteration, all threads, median of the round's windows "
+              "(cores kept busy: CPU ms over wall ms)")
+        print_aligned([headings] + lines)
+    with_flops = [row for row in table if "gflops" in row]
+    if with_flops:
+        ceilings = (roofline or {}).get("ceiling_gflops", {})
+        flops = (roofline or {}).get("flops_per_iter", {})
+        headings = ["net", "round"] + [CONFIGS[key][2] for key in columns]
+        lines = []
+        for row in with_flops:
+            cells = [row["label"], str(row["round"])]
+            for key in columns:
+                rate = row["gflops"].get(key)
+                percent = row["percent_of_ceiling"].get(key)
+                cells.append("-" if rate is None else f"{rate:.1f}" if percent is None
+                             else f"{rate:.1f} ({percent:.0f}%)")
+            lines.append(cells)
+        print("roofline: GFLOP/s = FLOPs per iteration / ms per iteration (FLOPs: keras-caffe "
+              "analyze --phase TRAIN, forward + backward = 3 x 2 x multiply-adds; "
+              + ", ".join(f"{NETS[n].label}: {f / 1e9:.2f} G" for n, f in flops.items()) + ")")
+        print("(% of the column's float32 matrix-product ceiling, benchmarks/matmul_rate.py in "
+              "the same run: " + (", ".join(f"{CONFIGS[key][2]} {ceilings[key]:.1f}"
+                                            for key in columns if ceilings.get(key))
+                                  or "none measured") + " GFLOP/s)")
+        print_aligned([headings] + lines)
 
 
 def print_aligned(lines):
@@ -420,9 +551,12 @@ def parse_args(argv=None):
     parser.add_argument("--logs", help="keep every process's log in this directory")
     parser.add_argument("--from-logs", metavar="DIR",
                         help="run nothing: print the table of the logs an earlier --logs kept")
-    parser.add_argument("--cpus", type=int, default=os.cpu_count(),
-                        help="logical CPUs of the machine the logs come from, for the all "
-                             "cores busy column of --from-logs (default: this machine's)")
+    parser.add_argument("--no-roofline", action="store_true",
+                        help="skip the roofline table (no keras-caffe analyze, no "
+                             "matmul_rate.py ceiling)")
+    parser.add_argument("--matmul-sizes", default="1024,2048",
+                        help="the product sizes n whose best rate is the ceiling")
+    parser.add_argument("--matmul-repeats", type=int, default=3)
     args = parser.parse_args(argv)
     nets = [n.strip() for n in args.nets.split(",") if n.strip()]
     unknown = [n for n in nets if n not in NETS]
@@ -433,6 +567,11 @@ def parse_args(argv=None):
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"--configs: unknown {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    try:
+        args.matmul_sizes = [int(n) for n in args.matmul_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--matmul-sizes: not a comma-separated list of integers: "
+                     f"{args.matmul_sizes!r}")
     args.configs = [key for key in CONFIGS
                     if key in configs or key in ("caffe_1", "caffe_2")]
     if not args.from_logs and any(NETS[n].home == "golden" for n in nets) and \
@@ -444,10 +583,17 @@ def parse_args(argv=None):
     return args, nets
 
 
+def read_roofline(logs):
+    """What a run kept beside its logs for the roofline table, or None."""
+    path = Path(logs) / ROOFLINE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def main(argv=None):
     args, nets = parse_args(argv)
     if args.from_logs:
-        print_table(rows(results_from_logs(args.from_logs), args.cpus))
+        roofline = None if args.no_roofline else read_roofline(args.from_logs)
+        print_table(rows(results_from_logs(args.from_logs), roofline), roofline)
         return
     caffe = caffe_binary(args)
     model, flags, cpus = cpu_info()
@@ -461,19 +607,31 @@ def main(argv=None):
           f"Keras {keras_version}; OpenBLAS {machine['openblas']}; caffe {caffe}")
     print("load average before: " + " ".join(f"{x:.2f}" for x in machine["load_before"]),
           flush=True)
+    roofline = None
+    if not args.no_roofline:
+        roofline = {"flops_per_iter": {name: flops_per_iteration(NETS[name], Path(args.golden),
+                                                                 args.python) for name in nets},
+                    "ceiling_gflops": matmul_ceilings(args.configs, args.python,
+                                                      args.matmul_sizes, args.matmul_repeats),
+                    "matmul_sizes": args.matmul_sizes}
+        if args.logs:
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            write_json(Path(args.logs) / ROOFLINE_FILE, roofline)
+
     def partial(results):  # an interrupted run leaves what it measured
         if args.json:
             write_json(args.json, {"machine": machine, "rounds": args.rounds, "complete": False,
-                                   "runs": results})
+                                   "roofline": roofline, "runs": results})
 
     results = measure(args, nets, caffe, Path(args.golden), partial)
     machine["load_after"] = os.getloadavg()
-    table = rows(results, cpus)
-    print_table(table)
+    table = rows(results, roofline)
+    print_table(table, roofline)
     print("load average after: " + " ".join(f"{x:.2f}" for x in machine["load_after"]))
     if args.json:
         write_json(args.json, {"machine": machine, "rounds": args.rounds, "complete": True,
-                               "table": table, "runs": results})
+                               "roofline": roofline, "table": table, "medians": medians(table),
+                               "runs": results})
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ def test_keras_caffe_log_excerpt(bench):
         [18.254971, 19.998480, 31.016985, 22.305048], abs=1e-6)
 
 
+@pytest.mark.tensorflow_only  # keras-caffe train; DummyData shapes through tf.data
 def test_keras_caffe_prints_the_lines_the_benchmark_reads(bench, golden, tmp_path):
     """The installed CLI's --log caffe output, through the benchmark's own
     solver writer: display 3, max_iter 12 -> steady windows at 6 and 9."""
@@ -126,12 +127,13 @@ def test_table_from_kept_logs(bench, golden, tmp_path):
     (tmp_path / "cifar10_quick_caffe_1_round1.log").write_text(
         (timing / "train_cifar10_quick_threads-1.log").read_text())  # incomplete: left out
     [row] = bench.rows(bench.results_from_logs(tmp_path))
-    assert row["net"] == "lenet"
+    assert (row["net"], row["round"]) == ("lenet", 1)
     assert row["ms_per_iter"]["caffe_1"] == pytest.approx(17.010005, abs=1e-6)
     assert row["ms_per_iter"]["keras_caffe_onednn"] == pytest.approx(21.151764, abs=1e-6)
     assert row["ms_per_iter"]["caffe_2"] == pytest.approx(23.669995, abs=1e-6)
-    assert row["speed_vs_caffe_best"] == {"keras_caffe_onednn": pytest.approx(0.804188, abs=1e-6),
-                                          "keras_caffe_eigen": pytest.approx(0.804188, abs=1e-6)}
+    assert row["wall_ratio"] == {"keras_caffe_onednn": pytest.approx(0.804188, abs=1e-6),
+                                 "keras_caffe_eigen": pytest.approx(0.804188, abs=1e-6)}
+    assert "cpu_ratio" not in row and "gflops" not in row  # no CPU lines, no roofline given
     assert "keras_caffe_eigen_untuned" not in row["ms_per_iter"]  # a column the run left out
 
 
@@ -152,14 +154,16 @@ def test_table_prints_each_kernel_familys_speed(bench, golden, tmp_path, capsys)
     for key in ("keras_caffe_eigen", "keras_caffe_eigen_untuned"):
         (tmp_path / f"lenet_{key}_round1.log").write_text(KERAS_CAFFE_LOG)
     table = bench.rows(bench.results_from_logs(tmp_path))
-    assert table[0]["speed_vs_caffe_best"] == {
-        "keras_caffe_eigen": pytest.approx(0.804188, abs=1e-6)}
+    assert table[0]["wall_ratio"] == {"keras_caffe_eigen": pytest.approx(0.804188, abs=1e-6)}
     bench.print_table(table)
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split("  ")[0] == "net"
+    assert out[1].split()[:2] == ["net", "round"]
     assert "k-c no oneDNN, untuned" in out[1] and "no oneDNN / Caffe" in out[1]
     assert "oneDNN / Caffe" not in out[1].replace("no oneDNN / Caffe", "")
-    assert out[2].startswith("LeNet, batch 64") and out[2].rstrip().endswith("0.80x")
+    assert out[2].split() == ["LeNet,", "batch", "64", "1", "17.0", "23.7", "21.2", "21.2",
+                              "0.80x"]
+    assert out[3].split() == ["LeNet,", "batch", "64", "median", "of", "1", "0.80x"]
+    assert len(out) == 4
 
 
 # -- CPU time per iteration: the second table ----------------------------------------------
@@ -235,30 +239,186 @@ def test_run_one_marks_the_cpu_time_of_each_display_line(bench, tmp_path):
 
 def test_cpu_table_from_kept_logs(bench, golden, tmp_path, capsys):
     """Caffe's golden logs have no CPU lines: the second table has keras-caffe's
-    CPU time, cores kept busy, and the speed if that time ran on 2 cores at once."""
+    CPU time and cores kept busy, no CPU ratio (no Caffe CPU time to divide),
+    and no "all cores busy" column any more."""
     caffe_lenet_logs(golden, tmp_path)
     (tmp_path / "lenet_keras_caffe_eigen_round1.log").write_text(
         with_cpu_marks(bench, KERAS_CAFFE_LOG, CPU_MARKS))
-    [row] = bench.rows(bench.results_from_logs(tmp_path), cpus=2)
+    [row] = bench.rows(bench.results_from_logs(tmp_path))
     assert row["cpu_ms_per_iter"] == {"keras_caffe_eigen": pytest.approx(35.25)}
     assert row["cores_busy"]["keras_caffe_eigen"] == pytest.approx(35.25 / 21.151764, abs=1e-6)
-    assert row["speed_if_all_cores_busy"] == {
-        "keras_caffe_eigen": pytest.approx(17.010005 * 2 / 35.25, abs=1e-6)}
+    assert "cpu_ratio" not in row and "speed_if_all_cores_busy" not in row
     bench.print_table([row])
     out = capsys.readouterr().out.splitlines()
-    assert out[3].startswith("CPU ms per training iteration")
-    assert "no oneDNN / Caffe, all cores busy" in out[4]
-    assert out[5].split() == ["LeNet,", "batch", "64", "-", "-", "35.2", "(1.67)", "0.97x"]
+    assert out[4].startswith("CPU ms per training iteration")
+    assert out[5].split() == ["net", "round", "Caffe", "1", "thr", "Caffe", "2", "thr", "k-c",
+                              "no", "oneDNN"]
+    assert out[6].split() == ["LeNet,", "batch", "64", "1", "-", "-", "35.2", "(1.67)"]
+    assert len(out) == 7 and "all cores busy" not in "\n".join(out)
 
 
 def test_no_cpu_table_without_cpu_lines(bench, golden, tmp_path, capsys):
-    """Logs kept before the CPU lines existed: the first table only."""
+    """Logs kept before the CPU lines existed: the first table only (caption,
+    headings, the round's row, the median row)."""
     caffe_lenet_logs(golden, tmp_path)
     (tmp_path / "lenet_keras_caffe_eigen_round1.log").write_text(KERAS_CAFFE_LOG)
-    [row] = bench.rows(bench.results_from_logs(tmp_path), cpus=2)
-    assert "cpu_ms_per_iter" not in row and "speed_if_all_cores_busy" not in row
+    [row] = bench.rows(bench.results_from_logs(tmp_path))
+    assert "cpu_ms_per_iter" not in row and "cpu_ratio" not in row
     bench.print_table([row])
-    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert len(capsys.readouterr().out.splitlines()) == 4
+
+
+# -- per round, never pooled: two rounds of made-up logs --------------------------------
+
+
+def display_log(bench, ms, cpu_ms=None, display=50):
+    """A Caffe-style log: Iteration 0's line, one start-up window of 100 ms per
+    iteration, then one steady window per value of ``ms`` (ms per iteration);
+    with ``cpu_ms`` (CPU ms per iteration, all windows) the CPU lines too."""
+    lines, cpu = [], 1.0
+    for index, value in enumerate([100.0] + list(ms)):
+        iteration = (index + 1) * display
+        if index == 0:
+            lines.append("I1127 00:00:00.0 1 solver.cpp:239] Iteration 0 (0 iter/s, 0.1s/50 "
+                         "iters), loss = 1\n")
+            if cpu_ms is not None:
+                lines.append(bench.cpu_line(0, cpu))
+        lines.append(f"I1127 00:00:00.0 1 solver.cpp:239] Iteration {iteration} "
+                     f"({1e3 / value:.6f} iter/s, {value * display / 1e3:.6f}s/{display} "
+                     f"iters), loss = 1\n")
+        if cpu_ms is not None:
+            cpu += cpu_ms * display / 1e3
+            lines.append(bench.cpu_line(iteration, cpu))
+    return "".join(lines)
+
+
+#: Round 1: Caffe 1 thread has one steady window of 40 ms, keras-caffe three of 20
+#: (2.00x); round 2: Caffe three of 100 ms, keras-caffe one of 60 (1.67x). Windows
+#: pooled across rounds would give Caffe's median 100 over keras-caffe's 20: 5.00x,
+#: above both rounds' ratios. Caffe's 2 threads are slower in both rounds.
+TWO_ROUNDS = {
+    1: {"caffe_1": ([40.0], 40.0), "caffe_2": ([200.0], 90.0),
+        "keras_caffe_eigen": ([20.0, 20.0, 20.0], 30.0)},
+    2: {"caffe_1": ([100.0] * 3, 100.0), "caffe_2": ([200.0], 190.0),
+        "keras_caffe_eigen": ([60.0], 50.0)},
+}
+
+
+def two_round_logs(bench, folder):
+    for round_, configs in TWO_ROUNDS.items():
+        for key, (ms, cpu_ms) in configs.items():
+            (folder / f"lenet_{key}_round{round_}.log").write_text(
+                display_log(bench, ms, cpu_ms))
+
+
+def test_ratios_are_per_round_and_summed_up_as_their_median(bench, tmp_path):
+    two_round_logs(bench, tmp_path)
+    table = bench.rows(bench.results_from_logs(tmp_path))
+    assert [row["round"] for row in table] == [1, 2]
+    assert not {"speed_vs_caffe_best", "round_range"} & set(table[0])  # the pooled fields
+    assert table[0]["ms_per_iter"] == {"caffe_1": pytest.approx(40.0),
+                                       "caffe_2": pytest.approx(200.0),
+                                       "keras_caffe_eigen": pytest.approx(20.0)}
+    assert table[0]["wall_ratio"] == {"keras_caffe_eigen": pytest.approx(2.0)}
+    assert table[1]["wall_ratio"] == {"keras_caffe_eigen": pytest.approx(100 / 60)}
+    # CPU ratio: Caffe 1 thread's CPU ms over keras-caffe's, in the same round
+    assert table[0]["cpu_ratio"] == {"keras_caffe_eigen": pytest.approx(40 / 30)}
+    assert table[1]["cpu_ratio"] == {"keras_caffe_eigen": pytest.approx(100 / 50)}
+    assert table[1]["cores_busy"]["caffe_2"] == pytest.approx(190 / 200)
+    [summary] = bench.medians(table)
+    assert summary == {"net": "lenet", "label": "LeNet, batch 64", "rounds": 2,
+                       "wall_ratio": {"keras_caffe_eigen": pytest.approx((2.0 + 100 / 60) / 2)},
+                       "cpu_ratio": {"keras_caffe_eigen": pytest.approx((40 / 30 + 2.0) / 2)}}
+
+
+def test_printed_table_has_a_row_per_round_and_the_cpu_ratio_beside_the_wall_ratio(
+        bench, tmp_path, capsys):
+    two_round_logs(bench, tmp_path)
+    bench.print_table(bench.rows(bench.results_from_logs(tmp_path)))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ms per training iteration, median of the round's windows")
+    assert out[1].split() == ["net", "round", "Caffe", "1", "thr", "Caffe", "2", "thr", "k-c",
+                              "no", "oneDNN", "no", "oneDNN", "/", "Caffe", "no", "oneDNN", "/",
+                              "Caffe,", "CPU"]
+    assert out[2].split() == ["LeNet,", "batch", "64", "1", "40.0", "200.0", "20.0", "2.00x",
+                              "1.33x"]
+    assert out[3].split() == ["LeNet,", "batch", "64", "2", "100.0", "200.0", "60.0", "1.67x",
+                              "2.00x"]
+    assert out[4].split() == ["LeNet,", "batch", "64", "median", "of", "2", "1.83x", "1.67x"]
+    assert out[5].startswith("CPU ms per training iteration, all threads")
+    assert out[7].split() == ["LeNet,", "batch", "64", "1", "40.0", "(1.00)", "90.0", "(0.45)",
+                              "30.0", "(1.50)"]
+    assert "5.00x" not in "\n".join(out)  # the ratio of windows pooled across rounds
+    assert "all cores busy" not in "\n".join(out)
+
+
+def test_roofline_columns(bench, tmp_path, capsys):
+    """GFLOP/s = FLOPs per iteration / step time; % of the column's ceiling."""
+    two_round_logs(bench, tmp_path)
+    roofline = {"flops_per_iter": {"lenet": 880512000},
+                "ceiling_gflops": {"caffe_1": 80.0, "caffe_2": 120.0, "keras_caffe_eigen": 100.0}}
+    table = bench.rows(bench.results_from_logs(tmp_path), roofline)
+    assert table[0]["gflops"] == {"caffe_1": pytest.approx(0.880512 / 0.040),
+                                  "caffe_2": pytest.approx(0.880512 / 0.200),
+                                  "keras_caffe_eigen": pytest.approx(0.880512 / 0.020)}
+    assert table[0]["percent_of_ceiling"] == {
+        "caffe_1": pytest.approx(100 * 22.0128 / 80), "caffe_2": pytest.approx(100 * 4.40256 / 120),
+        "keras_caffe_eigen": pytest.approx(44.0256)}
+    assert table[1]["percent_of_ceiling"]["keras_caffe_eigen"] == pytest.approx(
+        100 * 0.880512 / 0.060 / 100)
+    bench.print_table(table, roofline)
+    out = capsys.readouterr().out.splitlines()
+    assert out[9] == ("roofline: GFLOP/s = FLOPs per iteration / ms per iteration (FLOPs: "
+                      "keras-caffe analyze --phase TRAIN, forward + backward = 3 x 2 x "
+                      "multiply-adds; LeNet, batch 64: 0.88 G)")
+    assert out[10] == ("(% of the column's float32 matrix-product ceiling, "
+                       "benchmarks/matmul_rate.py in the same run: Caffe 1 thr 80.0, "
+                       "Caffe 2 thr 120.0, k-c no oneDNN 100.0 GFLOP/s)")
+    assert out[12].split() == ["LeNet,", "batch", "64", "1", "22.0", "(28%)", "4.4", "(4%)",
+                               "44.0", "(44%)"]
+    assert out[13].split() == ["LeNet,", "batch", "64", "2", "8.8", "(11%)", "4.4", "(4%)",
+                               "14.7", "(15%)"]
+    assert len(out) == 14
+
+
+def test_from_logs_reads_the_runs_roofline(bench, tmp_path, capsys):
+    """--from-logs uses the FLOPs and ceilings the run kept (roofline.json);
+    --no-roofline leaves the table out."""
+    two_round_logs(bench, tmp_path)
+    bench.write_json(tmp_path / bench.ROOFLINE_FILE,
+                     {"flops_per_iter": {"lenet": 880512000},
+                      "ceiling_gflops": {"keras_caffe_eigen": 100.0}})
+    bench.main(["--from-logs", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[12].split() == ["LeNet,", "batch", "64", "1", "22.0", "4.4", "44.0", "(44%)"]
+    bench.main(["--from-logs", str(tmp_path), "--no-roofline"])
+    assert len(capsys.readouterr().out.splitlines()) == 9
+
+
+def test_cpus_option_is_gone(bench, capsys):
+    """The "all cores busy" column and its --cpus option were dropped."""
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(["--from-logs", "x", "--cpus", "2"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --cpus 2" in capsys.readouterr().err
+
+
+@pytest.mark.tensorflow_only  # keras-caffe train; DummyData shapes through tf.data
+def test_flops_per_iteration_from_keras_caffe_analyze(bench, golden):
+    """The installed CLI's analyze --phase TRAIN at LeNet's batch 64: 3 x 2 x MACs."""
+    flops = bench.flops_per_iteration(bench.NETS["lenet"], Path(golden), sys.executable)
+    assert flops == 880512000 == 3 * 293504000
+
+
+def test_matmul_ceilings_map_each_column_to_its_engine(bench):
+    """Caffe's columns get OpenBLAS at their thread count (numpy only here, tiny sizes)."""
+    assert bench.CEILING_ENGINE == {"caffe_1": "openblas_1", "caffe_2": "openblas_2",
+                                    "keras_caffe_onednn": "tf_onednn",
+                                    "keras_caffe_eigen": "tf_eigen",
+                                    "keras_caffe_eigen_untuned": "tf_eigen"}
+    ceilings = bench.matmul_ceilings(["caffe_1", "caffe_2"], sys.executable, [16, 32], 2)
+    assert sorted(ceilings) == ["caffe_1", "caffe_2"]
+    assert all(rate > 0 for rate in ceilings.values())
 
 
 # -- benchmarks/matmul_rate.py: the matrix-product ceiling -----------------------------
