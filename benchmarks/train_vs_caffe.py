@@ -285,8 +285,11 @@ def flops_per_iteration(net, golden, python):
     per multiply-add forward, twice the forward backward: 3 x 2 x MACs)."""
     command = [python, "-m", "keras_caffe", "analyze", str(net_file(net, golden)), "--phase",
                "TRAIN", "--batch", str(net.batch), "--json"]
-    out = subprocess.run(command, capture_output=True, text=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    # from a temporary folder: in the repository root, ``-m keras_caffe`` would
+    # find the source tree's keras_caffe/ (without importers/) before the installed one
+    with tempfile.TemporaryDirectory() as folder:
+        out = subprocess.run(command, capture_output=True, text=True, cwd=folder,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     if out.returncode != 0:
         sys.exit(f"train_vs_caffe: {' '.join(command)} exited with {out.returncode}:\n"
                  f"{out.stderr[-2000:]}")
