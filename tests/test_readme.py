@@ -52,7 +52,7 @@ from pathlib import Path
 import keras
 import pytest
 from keras_caffe.backends import require_jax_backend, require_tensorflow_backend
-from keras_caffe.errors import BackendRequirementError, TensorFlowRequirementError
+from keras_caffe.errors import BackendRequirementError
 
 from support.cli_runner import run_cli
 from support.horovod_jobs import horovodrun, require_horovod
@@ -278,23 +278,29 @@ REFUSED = re.compile(r"keras_caffe\.errors\.TensorFlowRequirementError: (.+?) ne
 NO_TENSORFLOW = "ModuleNotFoundError: No module named 'tensorflow'"
 
 
-def _tensorflow_refusal(feature):
-    """What ``require_tensorflow_backend(feature)`` says on this backend."""
+def _refusal(require, feature):
+    """What ``require(feature)`` (``require_tensorflow_backend``,
+    ``require_jax_backend``) raises on this backend, as a traceback's last line."""
     try:
-        require_tensorflow_backend(feature)
-    except TensorFlowRequirementError as error:
-        return f"keras_caffe.errors.TensorFlowRequirementError: {error}"
-    raise AssertionError(f"{feature}: no TensorFlowRequirementError on {BACKEND}")
+        require(feature)
+    except BackendRequirementError as error:
+        return f"keras_caffe.errors.{type(error).__name__}: {error}"
+    raise AssertionError(f"{feature}: {require.__name__} raised nothing on {BACKEND}")
+
+
+def _ends_with_refusal(stderr, pattern, require, also=()):
+    """Whether ``stderr`` ends with ``require``'s one line word for word (its
+    feature read by ``pattern``), or with one of the lines ``also``."""
+    lines = stderr.rstrip().splitlines()
+    if not lines:
+        return False
+    found = pattern.fullmatch(lines[-1])
+    return lines[-1] in also or (found is not None and lines[-1] == _refusal(require, found[1]))
 
 
 def _says_tensorflow_is_needed(stderr):
     """Whether ``stderr`` ends with the one line saying TensorFlow is needed."""
-    lines = stderr.rstrip().splitlines()
-    if not lines:
-        return False
-    found = REFUSED.fullmatch(lines[-1])
-    return lines[-1] == NO_TENSORFLOW or (found is not None and
-                                          lines[-1] == _tensorflow_refusal(found[1]))
+    return _ends_with_refusal(stderr, REFUSED, require_tensorflow_backend, also=(NO_TENSORFLOW,))
 
 
 #: The last line of a JAX-only block on TensorFlow or PyTorch.
@@ -304,15 +310,7 @@ JAX_REFUSED = re.compile(r"keras_caffe\.errors\.BackendRequirementError: (.+?) n
 
 def _says_jax_is_needed(stderr):
     """Whether ``stderr`` ends with ``require_jax_backend``'s one line, word for word."""
-    lines = stderr.rstrip().splitlines()
-    found = JAX_REFUSED.fullmatch(lines[-1]) if lines else None
-    if found is None:
-        return False
-    try:
-        require_jax_backend(found[1])
-    except BackendRequirementError as error:
-        return lines[-1] == f"keras_caffe.errors.BackendRequirementError: {error}"
-    return False
+    return _ends_with_refusal(stderr, JAX_REFUSED, require_jax_backend)
 
 
 def test_the_refusal_check_wants_the_whole_line(monkeypatch):
@@ -324,7 +322,7 @@ def test_the_refusal_check_wants_the_whole_line(monkeypatch):
 
     monkeypatch.setattr(keras_caffe.backends, "backend_name", lambda: "jax")
     feature = "keras_caffe.lms (Large Model Support)"
-    line = _tensorflow_refusal(feature)
+    line = _refusal(require_tensorflow_backend, feature)
     assert line == (
         "keras_caffe.errors.TensorFlowRequirementError: keras_caffe.lms (Large Model Support) "
         "needs Keras's TensorFlow backend and the backend is 'jax': run with "
