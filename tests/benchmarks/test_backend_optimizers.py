@@ -3,13 +3,14 @@ JAX or PyTorch): a whole run at tiny sizes prints a row per solver and writes
 positive finite times and ratios; --only, its argument checks, a failing
 solver's row, and its arithmetic and machine line."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import keras
 import pytest
+
+from support.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "backend_optimizers.py"
 
@@ -25,10 +26,7 @@ TINY = ["--steps", "2", "--repeats", "2", "--batch", "4", "--widths", "12,8,3"]
 @pytest.fixture(scope="module")
 def bench():
     """The script as a module (benchmarks/ is not installed)."""
-    spec = importlib.util.spec_from_file_location(SCRIPT.stem, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def table_rows(out):

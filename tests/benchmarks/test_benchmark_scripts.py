@@ -5,7 +5,6 @@ must keep printing them. The benchmark itself (which runs Caffe) is never run
 here. And benchmarks/matmul_rate.py's arithmetic, table and worker (numpy only,
 at tiny sizes)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,15 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from support.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "train_vs_caffe.py"
-
-
-def load_script(path):
-    """A benchmarks/ script as a module (they are not installed)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ the window schedule, the arithmetic, the machine lines, the argument checks,
 and a worker that dies reported in one line.
 """
 
-import importlib.util
 import json
 import os
 import statistics
@@ -21,16 +20,15 @@ from pathlib import Path
 import keras
 import pytest
 
+from support.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "jax_data_parallel.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
     """The script as a module (benchmarks/ is not installed)."""
-    spec = importlib.util.spec_from_file_location(SCRIPT.stem, SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def run_script(tmp_path, *argv, timeout=300):
