@@ -1,5 +1,5 @@
-"""keras-caffe's own MAX pooling and convolution backward against TensorFlow's
-gradient kernels, layer by layer, on Eigen's CPU kernels.
+"""keras-caffe's own MAX pooling, convolution and LRN backward against
+TensorFlow's gradient kernels, layer by layer, on Eigen's CPU kernels.
 
     TF_ENABLE_ONEDNN_OPTS=0 python benchmarks/eigen_backward.py [--rounds 7]
 
@@ -7,7 +7,8 @@ For each layer of LeNet (batch 64), CIFAR-10 quick (batch 100) and CaffeNet
 (batch 16; its first layers of each kind) that the own backward covers, two one-layer models are built from the same Caffe
 layer: one traced with the own backward (``keras_caffe.kernels.eigen_cpu``
 true), one with ``KERAS_CAFFE_CPU_TUNING=0`` (TensorFlow's
-``MaxPoolGrad``, ``Conv2DBackpropFilter``, ``Conv2DBackpropInput``). Each
+``MaxPoolGrad``, ``Conv2DBackpropFilter``, ``Conv2DBackpropInput``, ``LRN``
+and ``LRNGrad``). Each
 step is a ``tf.function``: forward, then the gradients a training step needs
 (the parameters'; the input's too except for a net's first layer, whose
 input is data). The two alternate, ``--rounds`` times; the table gives the
@@ -17,7 +18,9 @@ On oneDNN's kernels (``TF_ENABLE_ONEDNN_OPTS=1``, TensorFlow's default on
 AVX-512 CPUs) MAX pooling and convolutions of fewer than 8 input channels
 keep oneDNN's backward (``keras_caffe.layers.conv.takes_own_backward``); the
 script then forces the own backward on for every layer, to show both sides
-of that choice.
+of that choice. LRN's own forward and backward (one XLA program each,
+``keras_caffe.layers.tensorflow_kernels.compiled_lrn``) are taken on both
+kernel families, so its rows need no forcing.
 """
 
 import argparse
@@ -48,11 +51,16 @@ LAYERS = [  # (label, input (N, C, H, W), type, parameters, input needs a gradie
      "num_output: 256 pad: 2 kernel_size: 5 group: 2", True),
     ("CaffeNet conv3", (16, 256, 13, 13), "Convolution",
      "num_output: 384 pad: 1 kernel_size: 3", True),
+    ("CaffeNet norm1", (16, 96, 27, 27), "LRN", "local_size: 5 alpha: 0.0001 beta: 0.75", True),
+    ("CaffeNet norm2", (16, 256, 13, 13), "LRN", "local_size: 5 alpha: 0.0001 beta: 0.75", True),
 ]
+
+#: Each layer type's parameter field in the prototxt.
+FIELDS = {"Convolution": "convolution_param", "Pooling": "pooling_param", "LRN": "lrn_param"}
 
 
 def one_layer_net(shape, layer_type, params):
-    field = "convolution_param" if layer_type == "Convolution" else "pooling_param"
+    field = FIELDS[layer_type]
     dims = " ".join(f"dim: {d}" for d in shape)
     return (f'layer {{ name: "data" type: "Input" top: "data" input_param {{ shape {{ {dims} }} }} }}\n'
             f'layer {{ name: "l" type: "{layer_type}" bottom: "data" top: "l" '

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_caffe.kernels import cpu_only
 from keras_caffe.layers.base import check_data_format, from_nhwc, on_tensorflow, register
 from keras_caffe.layers.base import tensorflow_kernels, to_nhwc
 from keras_caffe.layers.pooling import Pooling
@@ -41,9 +42,14 @@ class LRN(keras.layers.Layer):
 
     def call(self, x):
         x = to_nhwc(x, self.data_format)
-        square = ops.square(x)
         n = self.local_size
         if self.norm_region == "ACROSS_CHANNELS" and x.dtype == "float32" and on_tensorflow():
+            if cpu_only():
+                # Caffe's forward and backward formulas, each fused by XLA:
+                # 3.5-5x faster than TensorFlow's LRN and LRNGrad on both CPU
+                # kernel families (tensorflow_kernels.compiled_lrn).
+                y = tensorflow_kernels.compiled_lrn(x, n, self.alpha, self.beta, self.k)
+                return from_nhwc(y, self.data_format)
             # TensorFlow's LRN op is this sum (its window cut at the channel
             # borders: Caffe's zero padding) with alpha per element, and its
             # gradient kernel ran 3-4x faster than this layer's slices on
@@ -52,6 +58,7 @@ class LRN(keras.layers.Layer):
             y = tensorflow_kernels.lrn(x, depth_radius=(n - 1) // 2, bias=self.k,
                                          alpha=self.alpha / n, beta=self.beta)
             return from_nhwc(y, self.data_format)
+        square = ops.square(x)
         if self.norm_region == "ACROSS_CHANNELS":
             half = (n - 1) // 2
             padded = ops.pad(square, [[0, 0], [0, 0], [0, 0], [half, half]])

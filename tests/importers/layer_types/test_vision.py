@@ -210,6 +210,47 @@ def test_lrn_across_channels_gradient(data_format, dtype):
     np.testing.assert_allclose(grad, expected, rtol=tolerance, atol=tolerance)
 
 
+@pytest.mark.layer_type("LRN")
+@pytest.mark.tensorflow_only  # the CPU choice between TensorFlow's LRN op and the compiled formulas
+@pytest.mark.parametrize("beta", [0.75, 0.5, 1.0, 0.6])  # each power of tensorflow_kernels
+@pytest.mark.parametrize("tuning", ["on", "off"])
+def test_lrn_on_cpu_compiled_or_tensorflows_op(beta, tuning, monkeypatch):
+    """On CPUs ACROSS_CHANNELS LRN runs Caffe's forward and backward formulas
+    as XLA programs (``tensorflow_kernels.compiled_lrn``; no ``LRN`` op in
+    the traced step); with ``KERAS_CAFFE_CPU_TUNING=0`` TensorFlow's LRN op.
+    Both give lrn_layer.cpp's values (the float64 ports above), beta's
+    special cases (0.75, 0.5, 1) and the general power alike."""
+    import tensorflow as tf
+
+    from keras_caffe.layers.lrn import LRN
+
+    if tuning == "off":
+        monkeypatch.setenv("KERAS_CAFFE_CPU_TUNING", "0")
+    x = (RNG.randn(3, 9, 5, 4) * 4).astype("float32")
+    top_diff = RNG.randn(*x.shape).astype("float32")
+    layer = LRN(local_size=5, alpha=0.3, beta=beta, k=1.5, data_format="channels_first")
+
+    @tf.function
+    def step(xin):
+        with tf.GradientTape() as tape:
+            tape.watch(xin)
+            y = layer(xin)
+            loss = tf.reduce_sum(y * top_diff)
+        return y, tape.gradient(loss, xin)
+
+    y, grad = step(tf.constant(x))
+    np.testing.assert_allclose(y, lrn_reference(x.astype(np.float64), 5, 0.3, beta, 1.5,
+                                             "ACROSS_CHANNELS"),
+                               rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(grad, caffe_lrn_backward(x, top_diff, 5, 0.3, beta, 1.5),
+                               rtol=1e-5, atol=1e-6)
+    graph = step.get_concrete_function(tf.TensorSpec(x.shape, tf.float32)).graph
+    kinds = {op.type for op in graph.get_operations()}
+    for function in graph.as_graph_def().library.function:
+        kinds |= {node.op for node in function.node_def}
+    assert ("LRN" in kinds) == (tuning == "off"), sorted(kinds)
+
+
 @pytest.mark.layer_type("Convolution")
 @pytest.mark.parametrize("data_format", DATA_FORMATS)
 def test_convolution_bottoms_share_weights(data_format):
