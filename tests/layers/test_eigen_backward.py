@@ -121,16 +121,24 @@ def test_max_pooling_gradient_is_caffes(own, case, values, data_format, compiled
         np.testing.assert_allclose(nchw(gx, data_format), expected, rtol=1e-6, atol=1e-7)
 
 
-def test_route_max_gradient_matches_tensorflows_max_pool_grad():
-    """The routing function alone against TensorFlow's own ``MaxPoolGrad``
-    (the same first-maximum rule) on a tie-heavy batch with overlapping
-    windows, so the sums where windows overlap are checked too."""
+@pytest.mark.parametrize("kernel, stride", [((3, 3), (2, 2)), ((2, 2), (2, 2)), ((3, 2), (1, 3)),
+                                            ((13, 10), (1, 1))])
+def test_routing_by_offsets_matches_tensorflows_max_pool_grad(kernel, stride):
+    """The mask and routing functions alone against TensorFlow's own
+    ``MaxPool`` and ``MaxPoolGrad`` (the same first-maximum rule) on a
+    tie-heavy batch with overlapping windows (so the sums where windows
+    overlap are checked too), a kernel smaller than its stride (cells in no
+    window get 0), and a 130-cell window (int32 offsets)."""
     x = tf.constant(np.round(RNG.standard_normal((4, 13, 11, 5)) * 2).astype(np.float32))
-    y = tf.nn.max_pool2d(x, (3, 3), (2, 2), "VALID")
+    y, offsets = tensorflow_kernels.max_pool_offsets(x, kernel, stride)
+    expected = tf.nn.max_pool2d(x, kernel, stride, "VALID")
+    np.testing.assert_array_equal(y.numpy(), expected.numpy())
+    assert offsets.dtype == (tf.int8 if kernel[0] * kernel[1] <= 127 else tf.int32)
     dy = tf.constant(RNG.standard_normal(y.shape).astype(np.float32))
-    ours = tensorflow_kernels.route_max_gradient(x, y, dy, (3, 3), (2, 2))
-    theirs = tf.raw_ops.MaxPoolGrad(orig_input=x, orig_output=y, grad=dy, ksize=[1, 3, 3, 1],
-                                    strides=[1, 2, 2, 1], padding="VALID")
+    ours = tensorflow_kernels.route_by_offsets(offsets, dy, 13, 11, kernel, stride)
+    theirs = tf.raw_ops.MaxPoolGrad(orig_input=x, orig_output=y, grad=dy,
+                                    ksize=[1, *kernel, 1], strides=[1, *stride, 1],
+                                    padding="VALID")
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
