@@ -273,6 +273,7 @@ bench: install
 	$(BIN)/python benchmarks/yellowfin_no_tuning.py
 	$(BIN)/python benchmarks/pipelines.py
 	$(BIN)/python benchmarks/train_vs_caffe.py
+	$(BIN)/python benchmarks/profile_step.py --net cifar10_quick
 	$(BIN)/python benchmarks/lms_tradeoff.py
 
 bench-horovod:
