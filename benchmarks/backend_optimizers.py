@@ -78,6 +78,8 @@ from rich.table import Table  # noqa: E402
 import keras_caffe  # noqa: E402
 from keras_caffe.kernels import cpu_kernels, cpu_model  # noqa: E402
 
+from arguments import positive_int  # noqa: E402  (benchmarks/arguments.py)
+
 #: (label, Keras's counterpart as shown, keras-caffe's optimizer, Keras's).
 PAIRS = [
     ("SGD", "SGD momentum 0.9",
@@ -241,16 +243,6 @@ def table(rows, title):
 
 
 # -- the command line ------------------------------------------------------------------
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def widths_list(text):

@@ -67,6 +67,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from arguments import positive_int  # benchmarks/arguments.py
+
 REPO = Path(__file__).resolve().parents[1]
 NET = REPO / "tests" / "golden" / "forward" / "lenet" / "original_lenet.prototxt"
 CONFIGS = ("jax-1", "jax-n", "horovod")
@@ -85,16 +87,6 @@ class BenchmarkError(Exception):
 
 
 # -- the command line ---------------------------------------------------------------------
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def config_list(text):

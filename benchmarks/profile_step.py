@@ -30,12 +30,14 @@ much the process spent in all.
 import argparse
 import collections
 import glob
-import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import train_vs_caffe  # the nets, their solver files, write_json (benchmarks/)
+from arguments import positive_int  # benchmarks/arguments.py
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,9 +152,6 @@ def read_trace(logdir):
 def solver_file(args, workdir):
     if args.solver:
         return Path(args.solver).resolve()
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import train_vs_caffe  # the nets and their solver files
-
     net = train_vs_caffe.NETS[args.net]
     return train_vs_caffe.write_solver(net, Path(args.golden), workdir, 10 ** 8, 10 ** 7)
 
@@ -214,14 +213,12 @@ def parse_args(argv=None):
     parser.add_argument("--golden", default=os.environ.get(
         "KERAS_CAFFE_GOLDEN", str(REPO / "tests" / "golden")),
                         help="the golden data folder (LeNet's and CIFAR-10 quick's nets)")
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--warmup", type=positive_int, default=20)
+    parser.add_argument("--iterations", type=positive_int, default=50)
     parser.add_argument("--jit", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--top", type=int, default=30, help="op types to list")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
-    if args.warmup < 1 or args.iterations < 1:
-        parser.error("--warmup and --iterations must be >= 1")
     args.jit = {"on": True, "off": False}.get(args.jit, args.jit)
     return args
 
@@ -231,9 +228,7 @@ def main(argv=None):
     report = profile(args)
     print_report(report, args.top)
     if args.json:
-        tmp = Path(args.json).with_suffix(".tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        tmp.replace(args.json)
+        train_vs_caffe.write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def test_bad_counts_are_usage_errors(profile, capsys):
     with pytest.raises(SystemExit) as stop:
         profile.parse_args(["--net", "lenet", "--iterations", "0"])
     assert stop.value.code == 2
-    assert "--warmup and --iterations must be >= 1" in capsys.readouterr().err
+    assert "--iterations: expected a positive integer, got '0'" in capsys.readouterr().err
 
 
 @pytest.mark.tensorflow_only  # keras-caffe's training loop and TensorFlow's profiler
