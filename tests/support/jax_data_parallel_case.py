@@ -44,21 +44,10 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 import keras_caffe
+from solver_cases import CASES, CLIP, SHARED  # support/solver_cases.py
 
 GLOBAL_BATCH = 16
 STEPS = 8  # micro-batches: 4 updates with iter_size 2
-CLIP = 0.05
-SHARED = dict(iter_size=2, clip_gradients=CLIP, weight_decay=0.01,
-              lr_mult={"*ip1/bias": 0.0, "*ip2/kernel": 2.0})
-CASES = {
-    "sgd": ("SGD", dict(learning_rate=0.1, momentum=0.9)),
-    "nesterov": ("Nesterov", dict(learning_rate=0.1, momentum=0.9)),
-    "adagrad": ("AdaGrad", dict(learning_rate=0.1)),
-    "rmsprop": ("RMSProp", dict(learning_rate=0.01, rms_decay=0.9)),
-    "adadelta": ("AdaDelta", dict(learning_rate=1.0, momentum=0.9)),
-    "adam": ("Adam", dict(learning_rate=0.01)),
-    "yellowfin": ("YellowFin", dict(learning_rate=0.1)),
-}
 
 
 def data():
@@ -183,16 +172,23 @@ def all_reduces(case, iter_size, mesh, x, y):
     return found
 
 
-def fit_all_reduces(devices):
-    """The all-reduces of each of model.fit's train steps compiled for
-    ``devices`` devices (``num_partitions``), in the order they were compiled."""
+def train_step_hlo(hlo_dir, devices):
+    """The HLO text, after XLA's passes, of each of model.fit's train steps
+    compiled for ``devices`` devices (``num_partitions``) that XLA dumped
+    into ``hlo_dir``, in the order they were compiled."""
     found = []
-    for path in sorted(glob.glob(os.path.join(HLO_DIR, "*jit_train_step*after_optimizations.txt"))):
+    for path in sorted(glob.glob(os.path.join(hlo_dir, "*jit_train_step*after_optimizations.txt"))):
         with open(path) as f:
             text = f.read()
         if re.search(rf"num_partitions={devices}\b", text.split("\n", 1)[0]):
-            found.append(count_all_reduces(text))
+            found.append(text)
     return found
+
+
+def fit_all_reduces(devices):
+    """The all-reduces of each of model.fit's train steps compiled for
+    ``devices`` devices, in the order they were compiled."""
+    return [count_all_reduces(text) for text in train_step_hlo(HLO_DIR, devices)]
 
 
 def first_update_norm(case, x, y):

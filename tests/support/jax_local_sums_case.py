@@ -30,7 +30,6 @@ WAY ``fit`` or ``loop``, PART ``one_w``, ``many_w``, ``one_o``,
 ``many_o``), as jax_data_parallel_case.py does.
 """
 
-import glob
 import json
 import os
 import re
@@ -149,13 +148,7 @@ def count_by_branch(text):
 def fit_all_reduces(devices):
     """``count_by_branch`` of each train step compiled for ``devices``
     devices, in order."""
-    found = []
-    for path in sorted(glob.glob(os.path.join(HLO_DIR, "*jit_train_step*after_optimizations.txt"))):
-        with open(path) as f:
-            text = f.read()
-        if re.search(rf"num_partitions={devices}\b", text.split("\n", 1)[0]):
-            found.append(count_by_branch(text))
-    return found
+    return [count_by_branch(text) for text in base.train_step_hlo(HLO_DIR, devices)]
 
 
 def dropout_case(distribution, devices):

@@ -23,19 +23,13 @@ tf.config.set_logical_device_configuration(
 import keras  # noqa: E402
 
 import keras_caffe  # noqa: E402
+from solver_cases import SHARED  # noqa: E402  (support/solver_cases.py)
+from solver_cases import CASES as SOLVER_CASES  # noqa: E402
 
-SHARED = dict(iter_size=2, clip_gradients=0.05, weight_decay=0.01,
-              lr_mult={"*ip1/bias": 0.0, "*ip2/kernel": 2.0})
-CASES = {
-    "sgd": ("SGD", dict(learning_rate=0.1, momentum=0.9)),
-    "nesterov": ("Nesterov", dict(learning_rate=0.1, momentum=0.9)),
-    "adagrad": ("AdaGrad", dict(learning_rate=0.1)),
-    "rmsprop": ("RMSProp", dict(learning_rate=0.01, rms_decay=0.9)),
-    "adadelta": ("AdaDelta", dict(learning_rate=1.0, momentum=0.9)),
-    "adam": ("Adam", dict(learning_rate=0.01)),
-    "yellowfin": ("YellowFin", dict(learning_rate=0.1, jit_compile=False)),
-    "yellowfin-xla": ("YellowFin", dict(learning_rate=0.1, jit_compile=True)),
-}
+# YellowFin's update both as TensorFlow ops and XLA-compiled
+CASES = dict(SOLVER_CASES,
+             yellowfin=("YellowFin", dict(learning_rate=0.1, jit_compile=False)))
+CASES["yellowfin-xla"] = ("YellowFin", dict(learning_rate=0.1, jit_compile=True))
 
 
 def build(case, clip=True):
