@@ -46,15 +46,16 @@ class LRN(keras.layers.Layer):
         if self.norm_region == "ACROSS_CHANNELS" and x.dtype == "float32" and on_tensorflow():
             if cpu_only():
                 # Caffe's forward and backward formulas, each fused by XLA:
-                # 3.5-5x faster than TensorFlow's LRN and LRNGrad on both CPU
+                # 3.7-5.1x faster than TensorFlow's LRN and LRNGrad on both CPU
                 # kernel families (tensorflow_kernels.compiled_lrn).
                 y = tensorflow_kernels.compiled_lrn(x, n, self.alpha, self.beta, self.k)
                 return from_nhwc(y, self.data_format)
-            # TensorFlow's LRN op is this sum (its window cut at the channel
-            # borders: Caffe's zero padding) with alpha per element, and its
-            # gradient kernel ran 3-4x faster than this layer's slices on
-            # both CPU kernel families (CaffeNet's norm1, batch 16: 14-15
-            # against 56-58 ms forward and backward; TF 2.21, 2-core AMD EPYC).
+            # On GPUs, TensorFlow's LRN op (cuDNN's): this sum (its window cut
+            # at the channel borders: Caffe's zero padding) with alpha per
+            # element. On CPUs it had run 3-4x faster than this layer's slices
+            # (CaffeNet's norm1, batch 16: 14-15 against 56-58 ms forward and
+            # backward; TF 2.21, 2-core AMD EPYC); it runs there only with
+            # KERAS_CAFFE_CPU_TUNING=0.
             y = tensorflow_kernels.lrn(x, depth_radius=(n - 1) // 2, bias=self.k,
                                          alpha=self.alpha / n, beta=self.beta)
             return from_nhwc(y, self.data_format)
