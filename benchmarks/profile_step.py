@@ -159,12 +159,16 @@ def solver_file(args, workdir):
 def profile(args):
     import tensorflow as tf
 
+    from keras_caffe.errors import KerasCaffeError
     from keras_caffe.training.solver import Solver
 
     workdir = tempfile.mkdtemp(prefix="profile_step_")
     path = solver_file(args, workdir)
     os.chdir(path.parent if args.solver else workdir)
-    solver = Solver(str(path), log=None, jit_compile=args.jit)
+    try:
+        solver = Solver(str(path), log=None, jit_compile=args.jit)
+    except KerasCaffeError as error:  # a bad solver or net file: keras-caffe's own line
+        sys.exit(f"profile_step: {error}")
     solver.step(args.warmup)
     wall, cpu = time.perf_counter(), time.process_time()
     solver.step(args.iterations)
@@ -219,6 +223,8 @@ def parse_args(argv=None):
     parser.add_argument("--top", type=int, default=30, help="op types to list")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
+    if args.solver and not Path(args.solver).is_file():
+        parser.error(f"--solver {args.solver}: no such file")
     args.jit = {"on": True, "off": False}.get(args.jit, args.jit)
     return args
 

@@ -78,6 +78,28 @@ def test_bad_counts_are_usage_errors(profile, capsys):
     assert "--iterations: expected a positive integer, got '0'" in capsys.readouterr().err
 
 
+def test_missing_solver_is_a_usage_error(profile, capsys, tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        profile.parse_args(["--solver", str(tmp_path / "none.prototxt")])
+    assert stop.value.code == 2
+    assert f"--solver {tmp_path / 'none.prototxt'}: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.tensorflow_only  # keras-caffe's training loop
+def test_bad_solver_file_is_keras_caffes_one_line(tmp_path):
+    """A solver file Caffe would refuse ends the script with keras-caffe's
+    own error as one line, no traceback."""
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text('net: "missing_net.prototxt"\nbase_lr: 0.01\n')
+    done = subprocess.run([sys.executable, str(SCRIPT), "--solver", str(solver)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("profile_step: ")
+    assert "missing_net.prototxt" in done.stderr
+
+
 @pytest.mark.tensorflow_only  # keras-caffe's training loop and TensorFlow's profiler
 def test_profiles_lenet_from_tensorflows_trace(golden, tmp_path):
     """The script on LeNet (DummyData, Eigen's kernels): the trace file is
